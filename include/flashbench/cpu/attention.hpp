@@ -1,0 +1,58 @@
+#pragma once
+// CPU (OpenMP, fp32) forward and backward of one attention layer for each variant.
+//
+// Shapes, one set of letters everywhere: B·H heads flattened into BH, N sequence length, d head dim.
+// Q, K, V, O, dO, dQ, dK, dV are [BH, N, d] row-major; P and S are [BH, N, N]; m, l, LSE, D are
+// [BH, N]. S = scale·Q·Kᵀ, P = softmax(S) row-wise, O = P·V, scale = 1/sqrt(d).
+//
+// Every buffer comes from the HostAllocator with its tag; what a variant keeps is allocated here
+// exactly as `kept_per_layer` states (the analytic model reads the same statement), and temporary
+// buffers are tagged `workspace` and sized by `workspace_elements` below.
+#include <cstdint>
+
+#include "flashbench/memory.hpp"
+#include "flashbench/problem.hpp"
+#include "flashbench/variant.hpp"
+
+namespace flashbench::cpu {
+
+// Tile sizes [rows]: a row block of Q (Br) against a column block of K/V (Bc).
+struct Tiling {
+  int64_t row_block = 64;   // Br
+  int64_t col_block = 128;  // Bc
+};
+
+// The shape of one layer as the kernels see it.
+struct LayerShape {
+  int64_t heads_total;  // BH = B·H
+  int64_t seq;          // N
+  int64_t head_dim;     // d
+  bool causal;
+  float scale;          // 1/sqrt(d)
+  static LayerShape of(const Problem& problem);
+};
+
+// What one layer keeps between forward and backward (tag `kept`), per `kept_per_layer`.
+// v2's O is the layer output itself, owned by the caller.
+struct KeptState {
+  HostBuffer<float> scores;  // standard: P; v1: S. [BH, N, N]
+  HostBuffer<float> row_max; // v1: m [BH, N]
+  HostBuffer<float> row_sum; // v1: l [BH, N]
+  HostBuffer<float> lse;     // v2: LSE = m + log l [BH, N]
+};
+
+// Workspace the kernels allocate at once, in elements of float, for `threads` OpenMP threads.
+enum class Pass { forward, backward };
+int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& shape, const Tiling& tiling,
+                           int threads);
+
+// O = attention(Q, K, V); fills `kept` with what `variant` keeps.
+void forward(Variant variant, const LayerShape& shape, const Tiling& tiling, const float* Q, const float* K,
+             const float* V, float* O, KeptState& kept, HostAllocator& allocator);
+
+// dQ, dK, dV from dO and what forward kept. O is read by v2 only. Releases `kept` when done.
+void backward(Variant variant, const LayerShape& shape, const Tiling& tiling, const float* Q, const float* K,
+              const float* V, const float* O, const float* dO, KeptState& kept, float* dQ, float* dK,
+              float* dV, HostAllocator& allocator);
+
+}  // namespace flashbench::cpu

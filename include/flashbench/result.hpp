@@ -1,0 +1,56 @@
+#pragma once
+// One benchmark row: a backend running a variant on a problem, what it measured and how it went.
+// Reporters (table, json, ...) read rows; backends fill them.
+#include <optional>
+#include <string>
+
+#include "flashbench/memory.hpp"
+#include "flashbench/problem.hpp"
+#include "flashbench/statistics.hpp"
+#include "flashbench/variant.hpp"
+
+namespace flashbench {
+
+enum class Status { ok, skipped, oom, failed };
+std::string_view to_string(Status status);
+
+struct MeasuredMemory {
+  int64_t peak_bytes = 0;          // highest total of live tracked bytes [bytes]
+  Phase peak_phase = Phase::fwd;   // when that peak happened
+  int64_t kept_bytes = 0;          // `kept` bytes live at the end of the forward pass [bytes]
+  TagBytes by_tag;                 // split of peak_bytes at the moment of the peak
+  TagBytes high_water;             // each tag's own maximum
+  std::optional<int64_t> os_peak_bytes;  // operating system's view (VmHWM, pool used-high) [bytes]
+};
+
+struct ModelledMemory {
+  int64_t peak_bytes = 0;
+  int64_t kept_bytes = 0;
+  TagBytes by_tag;  // split at the modelled peak
+  Phase peak_phase = Phase::fwd;
+};
+
+struct Check {
+  std::string reference;   // what the outputs were compared with, e.g. "standard"
+  double max_rel_err = 0;  // max over outputs of max|x - ref| / max|ref|
+  double tolerance = 0;
+  bool passed() const { return max_rel_err <= tolerance; }
+};
+
+struct Row {
+  std::string backend = "cpu";
+  Variant variant = Variant::standard;
+  Problem problem;
+  Status status = Status::ok;
+  std::string reason;  // why, when status is not ok
+  TimingSummary fwd, bwd;
+  MeasuredMemory measured;
+  std::optional<ModelledMemory> model;
+  std::optional<Check> check;
+  int threads = 0;                      // CPU threads used
+  std::string device;                   // GPU name, for CUDA rows
+  double fwd_tflops() const;            // FlashAttention convention, from the median [TFLOP/s]
+  double bwd_tflops() const;
+};
+
+}  // namespace flashbench

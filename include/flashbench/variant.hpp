@@ -1,0 +1,42 @@
+#pragma once
+// The variants, and the one statement of what each keeps from forward for backward.
+// The kernels allocate exactly these tensors and the analytic model counts exactly these.
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "flashbench/problem.hpp"
+
+namespace flashbench {
+
+enum class Variant { standard, v1, v2, checkpoint };
+
+inline constexpr std::array<Variant, 4> kAllVariants = {Variant::standard, Variant::v1, Variant::v2,
+                                                        Variant::checkpoint};
+
+std::string_view to_string(Variant variant);
+Variant parse_variant(std::string_view name);  // throws UsageError on an unknown name
+std::string_view recomputes(Variant variant);   // one line, for help and tables
+
+// One tensor a layer keeps between its forward and its backward.
+struct KeptTensor {
+  std::string_view name;  // "P", "S", "m", "l", "O", "LSE"
+  int64_t elements;
+  int element_bytes;      // [bytes]
+  int64_t bytes() const { return elements * element_bytes; }
+};
+
+// What one layer of `variant` keeps for backward, beyond its input X_i (which every variant keeps).
+// N×N tensors and O use the storage dtype; row statistics are always fp32.
+//   standard:   P [B,H,N,N]
+//   v1:         S [B,H,N,N], m [B,H,N], l [B,H,N]
+//   v2:         O [B,H,N,d] (the layer output, kept alive until this layer's backward), LSE [B,H,N]
+//   checkpoint: nothing
+std::vector<KeptTensor> kept_per_layer(Variant variant, const Problem& problem);
+int64_t kept_bytes_per_layer(Variant variant, const Problem& problem);  // [bytes]
+
+// Whether a layer's backward reads its own output (v2 does: D = rowsum(dO ∘ O)).
+bool backward_reads_output(Variant variant);
+
+}  // namespace flashbench
