@@ -1,0 +1,88 @@
+#include "flashbench/units.hpp"
+
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "flashbench/errors.hpp"
+
+namespace flashbench {
+
+namespace {
+
+std::string lowercase(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
+}
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  return text;
+}
+
+// The multiplier of a unit suffix, already lower-cased; 0 when it is not a unit. [bytes]
+double unit_multiplier(std::string_view unit) {
+  constexpr double kKi = 1024.0;
+  constexpr double kK = 1000.0;
+  static const std::array<std::pair<std::string_view, double>, 14> kUnits = {{
+      {"", 1.0}, {"b", 1.0},
+      {"k", kKi}, {"kib", kKi}, {"kb", kK},
+      {"m", kKi * kKi}, {"mib", kKi * kKi}, {"mb", kK * kK},
+      {"g", kKi * kKi * kKi}, {"gib", kKi * kKi * kKi}, {"gb", kK * kK * kK},
+      {"t", kKi * kKi * kKi * kKi}, {"tib", kKi * kKi * kKi * kKi}, {"tb", kK * kK * kK * kK},
+  }};
+  for (const auto& [name, multiplier] : kUnits)
+    if (unit == name) return multiplier;
+  return 0.0;
+}
+
+}  // namespace
+
+int64_t parse_bytes(std::string_view text) {
+  const std::string_view trimmed = trim(text);
+  const auto bad = [&](std::string_view why) {
+    return UsageError(fmt::format("bad size '{}': {} (examples: 16GiB, 800MB, 1.5G, 4096)", text, why));
+  };
+  size_t number_end = 0;
+  while (number_end < trimmed.size() &&
+         (std::isdigit(static_cast<unsigned char>(trimmed[number_end])) || trimmed[number_end] == '.'))
+    ++number_end;
+  if (number_end == 0) {
+    if (!trimmed.empty() && trimmed.front() == '-') throw bad("a size cannot be negative");
+    throw bad("expected a number");
+  }
+  double number = 0;
+  const auto [end, error] = std::from_chars(trimmed.data(), trimmed.data() + number_end, number);
+  if (error != std::errc() || end != trimmed.data() + number_end) throw bad("expected a number");
+  const double multiplier = unit_multiplier(lowercase(trim(trimmed.substr(number_end))));
+  if (multiplier == 0.0) throw bad("unknown unit");
+  const double bytes = std::round(number * multiplier);
+  if (!std::isfinite(bytes) || bytes >= 9.2e18) throw bad("too large");
+  return static_cast<int64_t>(bytes);
+}
+
+std::string format_bytes(int64_t bytes) {
+  static constexpr std::array<std::string_view, 6> kUnits = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 0) return "-" + format_bytes(-bytes);
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < kUnits.size()) {
+    value /= 1024.0;
+    ++unit;
+  }
+  // 1023.96 KiB would print as "1024.0 KiB": move up a unit instead.
+  if (std::round(value * 10.0) >= 10240.0 && unit + 1 < kUnits.size()) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return fmt::format("{:.1f} {}", value, kUnits[unit]);
+}
+
+}  // namespace flashbench
