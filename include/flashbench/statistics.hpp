@@ -1,6 +1,8 @@
 #pragma once
 // Summaries of repeated timings, and the rule that decides when to stop repeating.
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace flashbench {
@@ -12,10 +14,15 @@ struct TimingSummary {
   double median_noise = 0;  // relative half-width of the median's ~95% confidence interval
   bool noisy = false;       // median_noise stayed above the target
   bool first_outlier = false;  // the first sample was far slower than the median (a cold start)
+  double noise_target = 0;  // the max_noise the summary was made against
   int64_t count() const { return static_cast<int64_t>(samples_ms.size()); }
 };
 
 TimingSummary summarize(std::vector<double> samples_ms, double max_noise);
+
+// One line per problem with a summary, naming `phase` ("fwd", "bwd"): noise above target,
+// an outlying first sample. Empty when the measurement is clean or has no samples.
+std::vector<std::string> timing_warnings(const TimingSummary& summary, std::string_view phase);
 
 // Relative half-width of a distribution-free ~95% confidence interval of the median
 // (order statistics n/2 ± 1.96·sqrt(n)/2), divided by the median. 1.0 with fewer than 3 samples.
@@ -30,10 +37,29 @@ struct SamplingPolicy {
   double max_noise = 0.02;   // stop once the median's relative noise is below this
   double max_time_s = 10.0;  // or once this much time went into samples [s]
 };
+inline constexpr int kMinSamplesFloor = 5;  // fewer samples give no confidence interval worth the name
+
+// Throws UsageError naming the flag of the first bad field (--warmup, --warmup-time,
+// --min-samples, --max-samples, --max-noise, --max-time).
+void validate(const SamplingPolicy& policy);
+
+// True while more untimed warm-up runs are needed: fewer than policy.warmup runs, or less than
+// policy.warmup_ms spent in them. `elapsed_ms` is the time the warm-up runs took so far [ms].
+bool needs_more_warmup(const SamplingPolicy& policy, int runs_done, double elapsed_ms);
 
 // True while more samples are needed: fewer than min_samples, or any series still too noisy while
 // time and count are left.
 bool needs_more_samples(const SamplingPolicy& policy, const std::vector<const std::vector<double>*>& series,
                         double elapsed_s);
+
+
+// Two-sided Mann-Whitney U test of "samples a and b come from the same distribution", as Google
+// Benchmark's compare.py uses it. Exact distribution for small samples without ties, the normal
+// approximation with tie and continuity correction otherwise.
+struct MannWhitneyResult {
+  double u = 0;        // U statistic of `a`
+  double p_value = 1;  // two-sided
+};
+MannWhitneyResult mann_whitney_u(const std::vector<double>& a, const std::vector<double>& b);
 
 }  // namespace flashbench

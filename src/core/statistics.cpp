@@ -4,6 +4,10 @@
 #include <cmath>
 #include <numeric>
 
+#include <fmt/format.h>
+
+#include "flashbench/errors.hpp"
+
 namespace flashbench {
 
 namespace {
@@ -45,10 +49,41 @@ TimingSummary summarize(std::vector<double> samples_ms, double max_noise) {
   s.stddev_ms = n > 1 ? std::sqrt(squares / double(n - 1)) : 0.0;
   s.cv = s.mean_ms > 0 ? s.stddev_ms / s.mean_ms : 0.0;
   s.median_noise = median_noise(s.samples_ms);
+  s.noise_target = max_noise;
   s.noisy = s.median_noise > max_noise;
   // A first sample 50% slower than the median signals a cold start the warm-up did not absorb.
   s.first_outlier = n >= 3 && s.samples_ms.front() > 1.5 * s.median_ms;
   return s;
+}
+
+std::vector<std::string> timing_warnings(const TimingSummary& summary, std::string_view phase) {
+  std::vector<std::string> warnings;
+  if (summary.count() == 0) return warnings;
+  if (summary.noisy)
+    warnings.push_back(fmt::format("{} noise {:.1f}% above the {:.1f}% target after {} samples", phase,
+                                   100 * summary.median_noise, 100 * summary.noise_target, summary.count()));
+  if (summary.first_outlier)
+    warnings.push_back(fmt::format("{} first sample {:.2f}x the median (cold start; more --warmup?)", phase,
+                                   summary.samples_ms.front() / summary.median_ms));
+  return warnings;
+}
+
+void validate(const SamplingPolicy& policy) {
+  if (policy.warmup < 0) throw UsageError(fmt::format("--warmup must be 0 or more (got {})", policy.warmup));
+  if (!(policy.warmup_ms >= 0))
+    throw UsageError(fmt::format("--warmup-time must be 0 or more (got {})", policy.warmup_ms));
+  if (policy.min_samples < kMinSamplesFloor)
+    throw UsageError(fmt::format("--min-samples must be at least {} (got {})", kMinSamplesFloor, policy.min_samples));
+  if (policy.max_samples < policy.min_samples)
+    throw UsageError(fmt::format("--max-samples {} is below --min-samples {}", policy.max_samples, policy.min_samples));
+  if (!(policy.max_noise > 0 && policy.max_noise < 1))
+    throw UsageError(fmt::format("--max-noise must be a fraction in (0, 1), e.g. 0.02 (got {})", policy.max_noise));
+  if (!(policy.max_time_s > 0))
+    throw UsageError(fmt::format("--max-time must be positive [s] (got {})", policy.max_time_s));
+}
+
+bool needs_more_warmup(const SamplingPolicy& policy, int runs_done, double elapsed_ms) {
+  return runs_done < policy.warmup || elapsed_ms < policy.warmup_ms;
 }
 
 bool needs_more_samples(const SamplingPolicy& policy, const std::vector<const std::vector<double>*>& series,
@@ -59,6 +94,73 @@ bool needs_more_samples(const SamplingPolicy& policy, const std::vector<const st
   for (const std::vector<double>* s : series)
     if (median_noise(*s) > policy.max_noise) return true;
   return false;
+}
+
+namespace {
+// Number of orderings of m "a" and n "b" values (no ties) whose U statistic equals u, for all u:
+// f(m, n, u) = f(m-1, n, u-n) + f(m, n-1, u), with a and b counted by how many b each a beats.
+std::vector<double> u_distribution(int m, int n) {
+  // table[j][u] holds f(i, j, u) for the current i.
+  const int max_u = m * n;
+  std::vector<std::vector<double>> table(n + 1, std::vector<double>(max_u + 1, 0.0));
+  for (int j = 0; j <= n; ++j) table[j][0] = 1.0;  // i = 0: one ordering, U = 0
+  for (int i = 1; i <= m; ++i) {
+    std::vector<std::vector<double>> next(n + 1, std::vector<double>(max_u + 1, 0.0));
+    next[0][0] = 1.0;
+    for (int j = 1; j <= n; ++j)
+      for (int u = 0; u <= max_u; ++u)
+        next[j][u] = (u >= j ? table[j][u - j] : 0.0) + next[j - 1][u];
+    table = std::move(next);
+  }
+  return table[n];
+}
+constexpr int kExactLimit = 25;  // exact distribution up to this many samples per side
+}  // namespace
+
+MannWhitneyResult mann_whitney_u(const std::vector<double>& a, const std::vector<double>& b) {
+  MannWhitneyResult result;
+  const size_t n1 = a.size(), n2 = b.size();
+  if (n1 == 0 || n2 == 0) return result;
+
+  // Midranks of the pooled samples; tie groups feed the variance correction.
+  std::vector<std::pair<double, int>> pooled;
+  pooled.reserve(n1 + n2);
+  for (double x : a) pooled.emplace_back(x, 0);
+  for (double x : b) pooled.emplace_back(x, 1);
+  std::sort(pooled.begin(), pooled.end());
+  const size_t n = pooled.size();
+  double rank_sum_a = 0, tie_term = 0;  // tie_term = Σ (t³ − t) over tie groups
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && pooled[j].first == pooled[i].first) ++j;
+    const double midrank = 0.5 * double(i + 1 + j);  // ranks i+1 .. j
+    for (size_t k = i; k < j; ++k)
+      if (pooled[k].second == 0) rank_sum_a += midrank;
+    const double t = double(j - i);
+    tie_term += t * t * t - t;
+    i = j;
+  }
+  result.u = rank_sum_a - double(n1) * double(n1 + 1) / 2.0;
+  const double mean_u = double(n1) * double(n2) / 2.0;
+
+  if (tie_term == 0 && n1 <= kExactLimit && n2 <= kExactLimit) {
+    const std::vector<double> counts = u_distribution(int(n1), int(n2));
+    const double total = std::accumulate(counts.begin(), counts.end(), 0.0);
+    const int u = static_cast<int>(std::lround(result.u));
+    double at_most = 0, at_least = 0;
+    for (int k = 0; k < int(counts.size()); ++k) {
+      if (k <= u) at_most += counts[k];
+      if (k >= u) at_least += counts[k];
+    }
+    result.p_value = std::min(1.0, 2.0 * std::min(at_most, at_least) / total);
+    return result;
+  }
+  const double variance = double(n1) * double(n2) / 12.0 *
+                          (double(n + 1) - tie_term / (double(n) * double(n - 1)));
+  if (variance <= 0) return result;  // every value equal: no evidence of a difference
+  const double z = std::max(0.0, std::abs(result.u - mean_u) - 0.5) / std::sqrt(variance);
+  result.p_value = std::min(1.0, std::erfc(z / std::sqrt(2.0)));
+  return result;
 }
 
 }  // namespace flashbench

@@ -1,0 +1,76 @@
+#pragma once
+// Turning rows into output: run metadata, the JSON form of a row (DESIGN.md's contract), and the
+// reporters (table, json, jsonl, csv, md) behind one small interface. One reporter per file in
+// src/report/.
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "flashbench/result.hpp"
+
+namespace flashbench {
+
+inline constexpr int kSchemaVersion = 1;
+
+// The run's metadata: tool, version, git revision, build {type, compiler, flags, cuda},
+// host {cpu, cores, omp_threads, hostname}, time (ISO-8601 UTC), argv, and "gpu" when a GPU
+// metadata hook is installed (see below).
+nlohmann::ordered_json make_meta(const std::vector<std::string>& argv);
+
+// GPU and driver metadata. The core library cannot call CUDA, so the CUDA backend installs a hook
+// (once, e.g. when make_cuda_backend() succeeds) that fills meta["gpu"] with name, driver, runtime,
+// memory, ... . Without a hook add_gpu_meta() leaves `meta` unchanged, so a CPU-only run has no
+// "gpu" key at all. make_meta() calls add_gpu_meta(); call it again after installing a hook late.
+using GpuMetaHook = std::function<void(nlohmann::ordered_json& meta)>;
+void set_gpu_meta_hook(GpuMetaHook hook);
+void add_gpu_meta(nlohmann::ordered_json& meta);
+
+// One row in the JSON contract: times [ms], memory [bytes], throughput [TFLOP/s]. Extra keys beyond
+// the contract: timing.*.{count, cv, median_noise, noisy, first_outlier}, bwd_over_fwd, flop,
+// memory.measured.high_water, check.{tolerance, passed}, threads, device, warnings.
+nlohmann::ordered_json row_to_json(const Row& row);
+// The inverse, for `compare`, plots' tests and anything reading our own files. Missing optional
+// parts (model, check, samples) stay empty; a missing required key throws UsageError.
+Row row_from_json(const nlohmann::json& json);
+
+// Human-readable warnings about a row's measurement (noise above target, cold first sample).
+std::vector<std::string> row_warnings(const Row& row);
+
+// A document as read back: {schema_version, meta, rows} from a .json file, or the same from a
+// .jsonl stream (a first line holding {schema_version, meta}, then one row per line).
+struct ResultsFile {
+  nlohmann::json meta;
+  std::vector<Row> rows;
+};
+ResultsFile read_results_file(const std::string& path);  // throws RuntimeFailure / UsageError
+
+class Reporter {
+ public:
+  virtual ~Reporter();
+  virtual void begin(const nlohmann::ordered_json& meta) = 0;
+  virtual void add(const Row& row) = 0;
+  virtual void finish() = 0;
+};
+
+// format: "table" (aligned, human units; the best variant of each problem marked in colour when
+// `terminal`), "json" (one document, written at finish), "jsonl" (meta line, then one row per add,
+// flushed at once), "csv", "md". Throws UsageError on another name.
+std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& out, bool terminal);
+inline constexpr std::string_view kReportFormats = "table, json, jsonl, csv, md";
+
+// Writes `contents` to a temporary file next to `path`, then renames it over `path`, so a reader
+// never sees half a file. Throws RuntimeFailure and leaves nothing behind on error.
+void write_file_atomically(const std::string& path, const std::string& contents);
+
+// Human units used by the table and markdown reporters.
+// Three significant digits: "0.0512 ms", "8.12 ms", "812 ms", "1.25 s".
+std::string format_duration_ms(double ms);
+std::string format_bytes(int64_t bytes);       // binary units: "512 B", "64.0 KiB", "1.50 GiB"
+std::string format_throughput(double tflops);  // "850 GFLOP/s", "1.23 TFLOP/s"
+
+}  // namespace flashbench

@@ -1,0 +1,74 @@
+#pragma once
+// Sweeps: axis values from comma lists and ranges, JSON sweep files in configs/, the cartesian
+// product of the axes, and command-line values overriding a file.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flashbench/problem.hpp"
+#include "flashbench/statistics.hpp"
+#include "flashbench/variant.hpp"
+
+namespace flashbench {
+
+// Positive integers from "4096", "1,2,3", a geometric range "512:8192:x2" (512, 1024, ..., 8192)
+// or an arithmetic one "64:256:+64" (64, 128, 192, 256); items combine: "256,1024:4096:x2".
+// A range stops at the last value not above its end. Throws UsageError naming `flag` and the bad
+// token on zero, negative, non-numeric or empty items, a step that does not grow, or more than
+// kMaxListLength values.
+std::vector<int64_t> parse_int_list(std::string_view text, std::string_view flag);
+inline constexpr size_t kMaxListLength = 4096;
+
+// "true", "false", "1", "0", "yes", "no", or "both" (false, true), comma-separated.
+std::vector<bool> parse_bool_list(std::string_view text, std::string_view flag);
+
+// "all" or a comma list of variant names, in the order given.
+std::vector<Variant> parse_variant_list(std::string_view text, std::string_view flag);
+
+struct SweepSpec {
+  std::string description;
+  std::vector<int64_t> batch = {1};
+  std::vector<int64_t> heads = {8};
+  std::vector<int64_t> seq = {1024};
+  std::vector<int64_t> head_dim = {64};
+  std::vector<int64_t> layers = {1};
+  std::vector<bool> causal = {false};
+  std::vector<Dtype> dtype = {Dtype::fp32};
+  std::vector<Variant> variants = {kAllVariants.begin(), kAllVariants.end()};
+  std::string backend = "cpu";
+  SamplingPolicy sampling;
+  int threads = 0;  // 0 = OpenMP's default
+};
+
+// Every combination of the axes, in a fixed order: dtype, causal, batch, heads, head_dim, layers
+// outermost, then seq innermost, so one scaling curve in N runs consecutively. Variants are not an
+// axis of the product: a backend runs all of them on each problem. Each problem is validated.
+std::vector<Problem> expand(const SweepSpec& spec);
+
+// A JSON object with optional keys: description, batch, heads, seq, head_dim, layers (an integer,
+// a list of integers, or a list/range string as parse_int_list takes), causal (bool or list of
+// bools), dtype (name or list), variants ("all" or list), backend, threads, and sampling {warmup,
+// warmup_ms, min_samples, max_samples, max_noise, max_time_s}. Unknown keys are usage errors.
+SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name);
+SweepSpec load_sweep_file(const std::string& path);  // throws UsageError when unreadable or invalid
+
+// The command line's sweep flags as given (empty = not given); applied over a spec loaded from
+// --config (or the defaults), so flags override the file.
+struct SweepOverrides {
+  std::optional<std::string> batch, heads, seq, head_dim, layers;  // parse_int_list syntax
+  std::optional<std::string> causal;                               // parse_bool_list syntax
+  std::optional<std::string> dtype;                                // comma list of names
+  std::optional<std::string> variants;                             // "all" or comma list
+  std::optional<std::string> backend;
+  std::optional<int> threads;
+  std::optional<int> warmup, min_samples, max_samples;
+  std::optional<double> warmup_ms, max_noise, max_time_s;
+};
+void apply_overrides(SweepSpec& spec, const SweepOverrides& overrides);
+
+// Loads `config_path` when given, applies the overrides, validates the sampling policy.
+SweepSpec resolve_sweep(const std::optional<std::string>& config_path, const SweepOverrides& overrides);
+
+}  // namespace flashbench

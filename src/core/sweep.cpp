@@ -1,0 +1,297 @@
+#include "flashbench/sweep.hpp"
+
+#include <charconv>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "flashbench/errors.hpp"
+
+namespace flashbench {
+
+namespace {
+
+std::string_view trim(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return {};
+  const auto last = text.find_last_not_of(" \t");
+  return text.substr(first, last - first + 1);
+}
+
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t end = text.find(separator, start);
+    parts.push_back(trim(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start)));
+    if (end == std::string_view::npos) return parts;
+    start = end + 1;
+  }
+}
+
+[[noreturn]] void bad_token(std::string_view flag, std::string_view token, std::string_view why) {
+  throw UsageError(fmt::format("{}: '{}' {}", flag, token, why));
+}
+
+// A positive integer, the whole token.
+int64_t parse_positive(std::string_view token, std::string_view flag, std::string_view item) {
+  int64_t value = 0;
+  const char* end = token.data() + token.size();
+  const auto [stop, error] = std::from_chars(token.data(), end, value);
+  if (token.empty()) bad_token(flag, item, "has an empty value");
+  if (error == std::errc::result_out_of_range) bad_token(flag, item, "is too large");
+  if (error != std::errc() || stop != end) bad_token(flag, item, "is not an integer");
+  if (value <= 0) bad_token(flag, item, "must be positive");
+  return value;
+}
+
+void append_range(std::string_view item, std::string_view flag, std::vector<int64_t>& values) {
+  const std::vector<std::string_view> parts = split(item, ':');
+  if (parts.size() != 3) bad_token(flag, item, "is not a range START:END:xFACTOR or START:END:+STEP");
+  const int64_t start = parse_positive(parts[0], flag, item);
+  const int64_t end = parse_positive(parts[1], flag, item);
+  if (end < start) bad_token(flag, item, "ends below its start");
+  std::string_view step = parts[2];
+  const bool geometric = !step.empty() && (step.front() == 'x' || step.front() == '*');
+  const bool arithmetic = !step.empty() && step.front() == '+';
+  if (!geometric && !arithmetic) bad_token(flag, item, "needs a step 'xFACTOR' (geometric) or '+STEP' (arithmetic)");
+  step.remove_prefix(1);
+  const int64_t amount = parse_positive(step, flag, item);
+  if (geometric && amount < 2) bad_token(flag, item, "needs a factor of at least 2");
+  for (int64_t value = start; value <= end;) {
+    values.push_back(value);
+    if (values.size() > kMaxListLength) bad_token(flag, item, fmt::format("gives more than {} values", kMaxListLength));
+    // Stop before the next step would overflow.
+    if (geometric ? value > end / amount : value > end - amount) break;
+    value = geometric ? value * amount : value + amount;
+  }
+}
+
+using json = nlohmann::json;
+
+std::vector<int64_t> int_axis(const json& value, std::string_view key) {
+  if (value.is_string()) return parse_int_list(value.get<std::string>(), key);
+  if (value.is_number_integer()) {
+    const int64_t v = value.get<int64_t>();
+    if (v <= 0) bad_token(key, value.dump(), "must be positive");
+    return {v};
+  }
+  if (value.is_array() && !value.empty()) {
+    std::vector<int64_t> values;
+    for (const json& item : value) {
+      if (item.is_string()) {
+        for (int64_t v : parse_int_list(item.get<std::string>(), key)) values.push_back(v);
+        continue;
+      }
+      if (!item.is_number_integer() || item.get<int64_t>() <= 0) bad_token(key, item.dump(), "must be a positive integer");
+      values.push_back(item.get<int64_t>());
+    }
+    return values;
+  }
+  throw UsageError(fmt::format("{}: expected an integer, a list of integers or a range string, got {}", key, value.dump()));
+}
+
+std::vector<bool> bool_axis(const json& value, std::string_view key) {
+  if (value.is_boolean()) return {value.get<bool>()};
+  if (value.is_string()) return parse_bool_list(value.get<std::string>(), key);
+  if (value.is_array() && !value.empty()) {
+    std::vector<bool> values;
+    for (const json& item : value) {
+      if (!item.is_boolean()) bad_token(key, item.dump(), "must be true or false");
+      values.push_back(item.get<bool>());
+    }
+    return values;
+  }
+  throw UsageError(fmt::format("{}: expected true, false or a list of them, got {}", key, value.dump()));
+}
+
+// A string or a list of strings, joined into the comma syntax of the command line.
+std::string joined_names(const json& value, std::string_view key) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_array() && !value.empty()) {
+    std::string text;
+    for (const json& item : value) {
+      if (!item.is_string()) bad_token(key, item.dump(), "must be a name");
+      text += (text.empty() ? "" : ",") + item.get<std::string>();
+    }
+    return text;
+  }
+  throw UsageError(fmt::format("{}: expected a name or a list of names, got {}", key, value.dump()));
+}
+
+std::vector<Dtype> parse_dtype_list(std::string_view text, std::string_view flag) {
+  std::vector<Dtype> values;
+  for (std::string_view item : split(text, ',')) {
+    if (item.empty()) bad_token(flag, text, "has an empty item");
+    try {
+      values.push_back(parse_dtype(item));
+    } catch (const UsageError& error) {
+      throw UsageError(fmt::format("{}: {}", flag, error.what()));
+    }
+  }
+  return values;
+}
+
+template <class T>
+T number_field(const json& value, std::string_view key) {
+  if (!value.is_number()) throw UsageError(fmt::format("{}: expected a number, got {}", key, value.dump()));
+  if constexpr (std::is_integral_v<T>) {
+    if (!value.is_number_integer()) throw UsageError(fmt::format("{}: expected an integer, got {}", key, value.dump()));
+  }
+  return value.get<T>();
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_int_list(std::string_view text, std::string_view flag) {
+  if (trim(text).empty()) throw UsageError(fmt::format("{}: empty list", flag));
+  std::vector<int64_t> values;
+  for (std::string_view item : split(text, ',')) {
+    if (item.empty()) bad_token(flag, text, "has an empty item");
+    if (item.find(':') != std::string_view::npos) append_range(item, flag, values);
+    else values.push_back(parse_positive(item, flag, item));
+    if (values.size() > kMaxListLength) bad_token(flag, text, fmt::format("gives more than {} values", kMaxListLength));
+  }
+  return values;
+}
+
+std::vector<bool> parse_bool_list(std::string_view text, std::string_view flag) {
+  if (trim(text).empty()) throw UsageError(fmt::format("{}: empty list", flag));
+  std::vector<bool> values;
+  for (std::string_view item : split(text, ',')) {
+    if (item == "true" || item == "1" || item == "yes") values.push_back(true);
+    else if (item == "false" || item == "0" || item == "no") values.push_back(false);
+    else if (item == "both") {
+      values.push_back(false);
+      values.push_back(true);
+    } else bad_token(flag, item, "is not true, false or both");
+  }
+  return values;
+}
+
+std::vector<Variant> parse_variant_list(std::string_view text, std::string_view flag) {
+  if (trim(text) == "all") return {kAllVariants.begin(), kAllVariants.end()};
+  if (trim(text).empty()) throw UsageError(fmt::format("{}: empty list", flag));
+  std::vector<Variant> values;
+  for (std::string_view item : split(text, ',')) {
+    if (item.empty()) bad_token(flag, text, "has an empty item");
+    Variant variant;
+    try {
+      variant = parse_variant(item);
+    } catch (const UsageError& error) {
+      throw UsageError(fmt::format("{}: {}", flag, error.what()));
+    }
+    for (Variant seen : values)
+      if (seen == variant) bad_token(flag, item, "is listed twice");
+    values.push_back(variant);
+  }
+  return values;
+}
+
+std::vector<Problem> expand(const SweepSpec& spec) {
+  std::vector<Problem> problems;
+  for (Dtype dtype : spec.dtype)
+    for (bool causal : spec.causal)
+      for (int64_t batch : spec.batch)
+        for (int64_t heads : spec.heads)
+          for (int64_t head_dim : spec.head_dim)
+            for (int64_t layers : spec.layers)
+              for (int64_t seq : spec.seq) {
+                Problem p;
+                p.batch = batch;
+                p.heads = heads;
+                p.seq = seq;
+                p.head_dim = head_dim;
+                p.layers = layers;
+                p.causal = causal;
+                p.dtype = dtype;
+                validate(p);
+                problems.push_back(p);
+              }
+  return problems;
+}
+
+SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name) {
+  json document;
+  try {
+    document = json::parse(text);
+  } catch (const json::exception& error) {
+    throw UsageError(fmt::format("{}: not valid JSON: {}", source_name, error.what()));
+  }
+  if (!document.is_object()) throw UsageError(fmt::format("{}: a sweep file holds one JSON object", source_name));
+
+  SweepSpec spec;
+  try {
+    for (const auto& [key, value] : document.items()) {
+      if (key == "description") spec.description = value.get<std::string>();
+      else if (key == "batch") spec.batch = int_axis(value, key);
+      else if (key == "heads") spec.heads = int_axis(value, key);
+      else if (key == "seq") spec.seq = int_axis(value, key);
+      else if (key == "head_dim") spec.head_dim = int_axis(value, key);
+      else if (key == "layers") spec.layers = int_axis(value, key);
+      else if (key == "causal") spec.causal = bool_axis(value, key);
+      else if (key == "dtype") spec.dtype = parse_dtype_list(joined_names(value, key), key);
+      else if (key == "variants") spec.variants = parse_variant_list(joined_names(value, key), key);
+      else if (key == "backend") spec.backend = value.get<std::string>();
+      else if (key == "threads") spec.threads = number_field<int>(value, key);
+      else if (key == "sampling") {
+        if (!value.is_object()) throw UsageError("sampling: expected an object");
+        for (const auto& [name, field] : value.items()) {
+          SamplingPolicy& s = spec.sampling;
+          if (name == "warmup") s.warmup = number_field<int>(field, name);
+          else if (name == "warmup_ms") s.warmup_ms = number_field<double>(field, name);
+          else if (name == "min_samples") s.min_samples = number_field<int>(field, name);
+          else if (name == "max_samples") s.max_samples = number_field<int>(field, name);
+          else if (name == "max_noise") s.max_noise = number_field<double>(field, name);
+          else if (name == "max_time_s") s.max_time_s = number_field<double>(field, name);
+          else throw UsageError(fmt::format("unknown key 'sampling.{}'", name));
+        }
+      } else throw UsageError(fmt::format("unknown key '{}'", key));
+    }
+  } catch (const json::exception& error) {
+    throw UsageError(fmt::format("{}: {}", source_name, error.what()));
+  } catch (const UsageError& error) {
+    throw UsageError(fmt::format("{}: {}", source_name, error.what()));
+  }
+  return spec;
+}
+
+SweepSpec load_sweep_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("--config: cannot read '{}'", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse_sweep_json(buffer.str(), path);
+}
+
+void apply_overrides(SweepSpec& spec, const SweepOverrides& o) {
+  if (o.batch) spec.batch = parse_int_list(*o.batch, "--batch");
+  if (o.heads) spec.heads = parse_int_list(*o.heads, "--heads");
+  if (o.seq) spec.seq = parse_int_list(*o.seq, "--seq");
+  if (o.head_dim) spec.head_dim = parse_int_list(*o.head_dim, "--head-dim");
+  if (o.layers) spec.layers = parse_int_list(*o.layers, "--layers");
+  if (o.causal) spec.causal = parse_bool_list(*o.causal, "--causal");
+  if (o.dtype) spec.dtype = parse_dtype_list(*o.dtype, "--dtype");
+  if (o.variants) spec.variants = parse_variant_list(*o.variants, "--variant");
+  if (o.backend) spec.backend = *o.backend;
+  if (o.threads) spec.threads = *o.threads;
+  if (o.warmup) spec.sampling.warmup = *o.warmup;
+  if (o.warmup_ms) spec.sampling.warmup_ms = *o.warmup_ms;
+  if (o.min_samples) spec.sampling.min_samples = *o.min_samples;
+  if (o.max_samples) spec.sampling.max_samples = *o.max_samples;
+  if (o.max_noise) spec.sampling.max_noise = *o.max_noise;
+  if (o.max_time_s) spec.sampling.max_time_s = *o.max_time_s;
+}
+
+SweepSpec resolve_sweep(const std::optional<std::string>& config_path, const SweepOverrides& overrides) {
+  SweepSpec spec = config_path ? load_sweep_file(*config_path) : SweepSpec{};
+  apply_overrides(spec, overrides);
+  if (spec.threads < 0) throw UsageError(fmt::format("--threads must be 0 (default) or more (got {})", spec.threads));
+  validate(spec.sampling);
+  return spec;
+}
+
+}  // namespace flashbench

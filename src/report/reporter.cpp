@@ -1,0 +1,222 @@
+// The reporter factory, human units, atomic file writes, and the per-problem grouping and cells that
+// the table and markdown reporters share.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <ostream>
+
+#include <fmt/format.h>
+
+#include "flashbench/errors.hpp"
+#include "reporters.hpp"
+
+namespace flashbench {
+
+Reporter::~Reporter() = default;
+
+std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& out, bool terminal) {
+  using namespace report_detail;
+  if (format == "table") return make_table_reporter(out, terminal);
+  if (format == "json") return make_json_reporter(out);
+  if (format == "jsonl") return make_jsonl_reporter(out);
+  if (format == "csv") return make_csv_reporter(out);
+  if (format == "md") return make_markdown_reporter(out);
+  throw UsageError(fmt::format("unknown --format '{}' (expected {})", format, kReportFormats));
+}
+
+namespace {
+// `value` with three significant digits and no exponent: 0.0512, 8.12, 81.2, 812.
+std::string three_digits(double value) {
+  if (value == 0) return "0";
+  const int magnitude = static_cast<int>(std::floor(std::log10(std::abs(value))));
+  const int decimals = std::clamp(2 - magnitude, 0, 6);
+  return fmt::format("{:.{}f}", value, decimals);
+}
+}  // namespace
+
+std::string format_duration_ms(double ms) {
+  if (ms < 1000) return three_digits(ms) + " ms";
+  return three_digits(ms / 1000) + " s";
+}
+
+std::string format_bytes(int64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  const int64_t magnitude = bytes < 0 ? -bytes : bytes;
+  if (magnitude < 1024) return fmt::format("{} B", bytes);
+  double value = double(bytes) / 1024;
+  int unit = 0;
+  while (std::abs(value) >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  // 1023.7 would print as "1024 KiB" with three digits; one more step reads better.
+  if (std::abs(value) >= 999.5 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  return three_digits(value) + " " + kUnits[unit];
+}
+
+std::string format_throughput(double tflops) {
+  if (tflops < 1) return three_digits(tflops * 1000) + " GFLOP/s";
+  return three_digits(tflops) + " TFLOP/s";
+}
+
+void write_file_atomically(const std::string& path, const std::string& contents) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::string temp = (directory / ("." + target.filename().string() + ".XXXXXX")).string();
+  const int fd = mkstemp(temp.data());
+  if (fd < 0)
+    throw RuntimeFailure(fmt::format("cannot create a temporary file in '{}': {}", directory.string(),
+                                     std::strerror(errno)));
+  const auto fail = [&](std::string_view what) {
+    const std::string reason = std::strerror(errno);
+    ::close(fd);
+    ::unlink(temp.c_str());
+    throw RuntimeFailure(fmt::format("cannot write '{}': {} ({})", path, what, reason));
+  };
+  size_t written = 0;
+  while (written < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write");
+    }
+    written += static_cast<size_t>(n);
+  }
+  // mkstemp creates 0600; results are ordinary files.
+  if (::fchmod(fd, 0644) != 0) fail("chmod");
+  if (::fsync(fd) != 0) fail("fsync");
+  if (::close(fd) != 0) {
+    const std::string reason = std::strerror(errno);
+    ::unlink(temp.c_str());
+    throw RuntimeFailure(fmt::format("cannot write '{}': close ({})", path, reason));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    ::unlink(temp.c_str());
+    throw RuntimeFailure(fmt::format("cannot write '{}': rename ({})", path, reason));
+  }
+}
+
+namespace report_detail {
+
+namespace {
+
+bool same_group(const Row& a, const Row& b) {
+  const Problem &p = a.problem, &q = b.problem;
+  return a.backend == b.backend && p.batch == q.batch && p.heads == q.heads && p.seq == q.seq &&
+         p.head_dim == q.head_dim && p.layers == q.layers && p.causal == q.causal && p.dtype == q.dtype;
+}
+
+bool timed(const Row& row) { return row.status == Status::ok && row.fwd.median_ms > 0 && row.bwd.median_ms > 0; }
+double total_ms(const Row& row) { return row.fwd.median_ms + row.bwd.median_ms; }
+
+std::string ratio(double value) { return fmt::format("{:.2f}x", value); }
+
+std::string signed_percent(double fraction) { return fmt::format("{:+.1f}%", 100 * fraction); }
+
+std::string status_cell(const Row& row) {
+  if (row.status == Status::ok) return row_warnings(row).empty() ? "ok" : "ok !";
+  std::string text(to_string(row.status));
+  if (!row.reason.empty()) text += ": " + row.reason;
+  return text;
+}
+
+}  // namespace
+
+std::string describe_meta(const nlohmann::ordered_json& meta) {
+  if (!meta.is_object()) return "flashbench";
+  std::string text = meta.value("tool", std::string("flashbench"));
+  if (meta.contains("version")) text += " " + meta["version"].get<std::string>();
+  if (meta.contains("git")) text += " (" + meta["git"].get<std::string>() + ")";
+  if (meta.contains("host") && meta["host"].contains("cpu")) text += ", " + meta["host"]["cpu"].get<std::string>();
+  if (meta.contains("gpu") && meta["gpu"].is_object() && meta["gpu"].contains("name"))
+    text += ", " + meta["gpu"]["name"].get<std::string>();
+  return text;
+}
+
+GroupTable tabulate_group(const std::vector<Row>& rows) {
+  GroupTable table;
+  if (rows.empty()) return table;
+  const Row& first = rows.front();
+  table.title = fmt::format("{}: {}", first.backend, first.problem.describe());
+  if (!first.device.empty()) table.title += ", " + first.device;
+  if (first.threads > 0) table.title += fmt::format(", {} thread{}", first.threads, first.threads == 1 ? "" : "s");
+
+  table.headers = {"variant", "fwd", "bwd", "bwd/fwd", "fwd rate", "bwd rate", "kept", "peak",
+                   "model peak", "peak-model", "time/std", "peak/std", "check", "status"};
+  table.right_aligned = {false, true, true, true, true, true, true, true, true, true, true, true, true, false};
+
+  const Row* standard = nullptr;
+  for (const Row& row : rows)
+    if (row.variant == Variant::standard && row.status == Status::ok) standard = &row;
+
+  int ok_count = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!timed(rows[i])) continue;
+    ++ok_count;
+    if (table.best_row < 0 || total_ms(rows[i]) < total_ms(rows[size_t(table.best_row)])) table.best_row = int(i);
+  }
+  if (ok_count < 2) table.best_row = -1;
+
+  const std::string none = "-";
+  for (const Row& row : rows) {
+    const bool has_time = timed(row);
+    const bool has_memory = row.status == Status::ok && row.measured.peak_bytes > 0;
+    std::vector<std::string> cells;
+    cells.emplace_back(to_string(row.variant));
+    cells.push_back(has_time ? format_duration_ms(row.fwd.median_ms) : none);
+    cells.push_back(has_time ? format_duration_ms(row.bwd.median_ms) : none);
+    cells.push_back(has_time ? ratio(row.bwd.median_ms / row.fwd.median_ms) : none);
+    cells.push_back(has_time ? format_throughput(row.fwd_tflops()) : none);
+    cells.push_back(has_time ? format_throughput(row.bwd_tflops()) : none);
+    cells.push_back(has_memory ? format_bytes(row.measured.kept_bytes) : none);
+    cells.push_back(has_memory ? format_bytes(row.measured.peak_bytes) : none);
+    cells.push_back(row.model ? format_bytes(row.model->peak_bytes) : none);
+    cells.push_back(row.model && has_memory && row.model->peak_bytes > 0
+                        ? signed_percent(double(row.measured.peak_bytes - row.model->peak_bytes) /
+                                         double(row.model->peak_bytes))
+                        : none);
+    cells.push_back(has_time && standard && timed(*standard) ? ratio(total_ms(row) / total_ms(*standard)) : none);
+    cells.push_back(has_memory && standard && standard->measured.peak_bytes > 0
+                        ? ratio(double(row.measured.peak_bytes) / double(standard->measured.peak_bytes))
+                        : none);
+    if (!row.check) cells.push_back(none);
+    else if (row.check->passed()) cells.push_back(fmt::format("{:.1e}", row.check->max_rel_err));
+    else cells.push_back(fmt::format("FAIL {:.1e}", row.check->max_rel_err));
+    cells.push_back(status_cell(row));
+    table.cells.push_back(std::move(cells));
+    for (const std::string& warning : row_warnings(row))
+      table.notes.push_back(fmt::format("{}: {}", to_string(row.variant), warning));
+  }
+  return table;
+}
+
+void GroupingReporter::add(const Row& row) {
+  if (!group_.empty() && !same_group(group_.front(), row)) flush_group();
+  group_.push_back(row);
+}
+
+void GroupingReporter::finish() {
+  flush_group();
+  write_end();
+}
+
+void GroupingReporter::flush_group() {
+  if (group_.empty()) return;
+  write_group(group_);
+  group_.clear();
+}
+
+}  // namespace report_detail
+}  // namespace flashbench

@@ -1,0 +1,252 @@
+// A row's JSON form (DESIGN.md, "The JSON contract") and its inverse, and reading result files.
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "flashbench/errors.hpp"
+#include "flashbench/report.hpp"
+
+namespace flashbench {
+
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+using json = nlohmann::json;
+
+// A number, or null when there is nothing to report (no samples, a zero time).
+ordered_json number_or_null(double value, bool present) { return present ? ordered_json(value) : ordered_json(nullptr); }
+
+ordered_json timing_to_json(const TimingSummary& t) {
+  const bool has = t.count() > 0;
+  ordered_json j;
+  j["median_ms"] = number_or_null(t.median_ms, has);
+  j["mean_ms"] = number_or_null(t.mean_ms, has);
+  j["stddev_ms"] = number_or_null(t.stddev_ms, has);
+  j["min_ms"] = number_or_null(t.min_ms, has);
+  j["max_ms"] = number_or_null(t.max_ms, has);
+  j["samples_ms"] = t.samples_ms;
+  j["count"] = t.count();
+  j["cv"] = number_or_null(t.cv, has);
+  j["median_noise"] = number_or_null(t.median_noise, has);
+  j["noise_target"] = t.noise_target;
+  j["noisy"] = t.noisy;
+  j["first_outlier"] = t.first_outlier;
+  return j;
+}
+
+ordered_json tags_to_json(const TagBytes& tags) {
+  ordered_json j = ordered_json::object();
+  for (Tag tag : kAllTags) j[std::string(to_string(tag))] = tags[tag];
+  return j;
+}
+
+ordered_json problem_to_json(const Problem& p) {
+  ordered_json j;
+  j["batch"] = p.batch;
+  j["heads"] = p.heads;
+  j["seq"] = p.seq;
+  j["head_dim"] = p.head_dim;
+  j["layers"] = p.layers;
+  j["causal"] = p.causal;
+  j["dtype"] = std::string(to_string(p.dtype));
+  return j;
+}
+
+// Reading back: required keys throw a UsageError naming the key, optional ones default.
+const json& required(const json& j, const char* key, std::string_view where) {
+  if (!j.is_object() || !j.contains(key))
+    throw UsageError(fmt::format("results file: {} has no \"{}\"", where, key));
+  return j.at(key);
+}
+
+double number_or(const json& j, const char* key, double fallback) {
+  if (!j.is_object() || !j.contains(key) || !j.at(key).is_number()) return fallback;
+  return j.at(key).get<double>();
+}
+
+int64_t integer_or(const json& j, const char* key, int64_t fallback) {
+  if (!j.is_object() || !j.contains(key) || !j.at(key).is_number()) return fallback;
+  return j.at(key).get<int64_t>();
+}
+
+Phase parse_phase(const json& j) {
+  if (!j.is_string()) return Phase::fwd;
+  const std::string name = j.get<std::string>();
+  if (name == "bwd") return Phase::bwd;
+  if (name == "setup") return Phase::setup;
+  return Phase::fwd;
+}
+
+Status parse_status(std::string_view name) {
+  for (Status s : {Status::ok, Status::skipped, Status::oom, Status::failed})
+    if (to_string(s) == name) return s;
+  throw UsageError(fmt::format("results file: unknown status '{}'", name));
+}
+
+TimingSummary timing_from_json(const json& j) {
+  TimingSummary t;
+  if (!j.is_object()) return t;
+  if (j.contains("samples_ms") && j.at("samples_ms").is_array())
+    t.samples_ms = j.at("samples_ms").get<std::vector<double>>();
+  t.median_ms = number_or(j, "median_ms", 0);
+  t.mean_ms = number_or(j, "mean_ms", 0);
+  t.stddev_ms = number_or(j, "stddev_ms", 0);
+  t.min_ms = number_or(j, "min_ms", 0);
+  t.max_ms = number_or(j, "max_ms", 0);
+  t.cv = number_or(j, "cv", t.mean_ms > 0 ? t.stddev_ms / t.mean_ms : 0);
+  t.median_noise = number_or(j, "median_noise", 0);
+  t.noise_target = number_or(j, "noise_target", 0);
+  t.noisy = j.value("noisy", false);
+  t.first_outlier = j.value("first_outlier", false);
+  return t;
+}
+
+TagBytes tags_from_json(const json& j) {
+  TagBytes tags;
+  for (Tag tag : kAllTags) tags[tag] = integer_or(j, std::string(to_string(tag)).c_str(), 0);
+  return tags;
+}
+
+}  // namespace
+
+std::vector<std::string> row_warnings(const Row& row) {
+  std::vector<std::string> warnings = timing_warnings(row.fwd, "fwd");
+  for (std::string& w : timing_warnings(row.bwd, "bwd")) warnings.push_back(std::move(w));
+  if (row.check && !row.check->passed())
+    warnings.push_back(fmt::format("check against {} failed: max relative error {:.3g} > tolerance {:.3g}",
+                                   row.check->reference, row.check->max_rel_err, row.check->tolerance));
+  return warnings;
+}
+
+ordered_json row_to_json(const Row& row) {
+  ordered_json j;
+  j["backend"] = row.backend;
+  j["variant"] = std::string(to_string(row.variant));
+  j["problem"] = problem_to_json(row.problem);
+  j["status"] = std::string(to_string(row.status));
+  j["reason"] = row.reason;
+  j["timing"]["fwd"] = timing_to_json(row.fwd);
+  j["timing"]["bwd"] = timing_to_json(row.bwd);
+  j["throughput"]["fwd_tflops"] = number_or_null(row.fwd_tflops(), row.fwd.median_ms > 0);
+  j["throughput"]["bwd_tflops"] = number_or_null(row.bwd_tflops(), row.bwd.median_ms > 0);
+  j["flop"]["fwd"] = row.problem.forward_flop();
+  j["flop"]["bwd"] = row.problem.backward_flop();
+  j["bwd_over_fwd"] = number_or_null(row.bwd.median_ms / row.fwd.median_ms, row.fwd.median_ms > 0 && row.bwd.median_ms > 0);
+
+  ordered_json measured;
+  measured["peak_bytes"] = row.measured.peak_bytes;
+  measured["peak_phase"] = std::string(to_string(row.measured.peak_phase));
+  measured["kept_bytes"] = row.measured.kept_bytes;
+  measured["by_tag"] = tags_to_json(row.measured.by_tag);
+  measured["high_water"] = tags_to_json(row.measured.high_water);
+  measured["os_peak_bytes"] = row.measured.os_peak_bytes ? ordered_json(*row.measured.os_peak_bytes) : ordered_json(nullptr);
+  j["memory"]["measured"] = std::move(measured);
+  if (row.model) {
+    ordered_json model;
+    model["peak_bytes"] = row.model->peak_bytes;
+    model["kept_bytes"] = row.model->kept_bytes;
+    model["by_tag"] = tags_to_json(row.model->by_tag);
+    model["peak_phase"] = std::string(to_string(row.model->peak_phase));
+    j["memory"]["model"] = std::move(model);
+  }
+  if (row.check) {
+    ordered_json check;
+    check["reference"] = row.check->reference;
+    check["max_rel_err"] = row.check->max_rel_err;
+    check["tolerance"] = row.check->tolerance;
+    check["passed"] = row.check->passed();
+    j["check"] = std::move(check);
+  }
+  j["threads"] = row.threads;
+  j["device"] = row.device;
+  j["warnings"] = row_warnings(row);
+  return j;
+}
+
+Row row_from_json(const json& j) {
+  Row row;
+  row.backend = required(j, "backend", "a row").get<std::string>();
+  row.variant = parse_variant(required(j, "variant", "a row").get<std::string>());
+  const json& p = required(j, "problem", "a row");
+  row.problem.batch = required(p, "batch", "problem").get<int64_t>();
+  row.problem.heads = required(p, "heads", "problem").get<int64_t>();
+  row.problem.seq = required(p, "seq", "problem").get<int64_t>();
+  row.problem.head_dim = required(p, "head_dim", "problem").get<int64_t>();
+  row.problem.layers = p.value("layers", int64_t{1});
+  row.problem.causal = p.value("causal", false);
+  row.problem.dtype = parse_dtype(p.value("dtype", std::string("fp32")));
+  row.status = parse_status(required(j, "status", "a row").get<std::string>());
+  if (j.contains("reason") && j.at("reason").is_string()) row.reason = j.at("reason").get<std::string>();
+  if (j.contains("timing")) {
+    const json& timing = j.at("timing");
+    if (timing.contains("fwd")) row.fwd = timing_from_json(timing.at("fwd"));
+    if (timing.contains("bwd")) row.bwd = timing_from_json(timing.at("bwd"));
+  }
+  if (j.contains("memory")) {
+    const json& memory = j.at("memory");
+    if (memory.contains("measured")) {
+      const json& m = memory.at("measured");
+      row.measured.peak_bytes = integer_or(m, "peak_bytes", 0);
+      row.measured.kept_bytes = integer_or(m, "kept_bytes", 0);
+      if (m.contains("peak_phase")) row.measured.peak_phase = parse_phase(m.at("peak_phase"));
+      if (m.contains("by_tag")) row.measured.by_tag = tags_from_json(m.at("by_tag"));
+      if (m.contains("high_water")) row.measured.high_water = tags_from_json(m.at("high_water"));
+      if (m.contains("os_peak_bytes") && m.at("os_peak_bytes").is_number())
+        row.measured.os_peak_bytes = m.at("os_peak_bytes").get<int64_t>();
+    }
+    if (memory.contains("model") && memory.at("model").is_object()) {
+      const json& m = memory.at("model");
+      ModelledMemory model;
+      model.peak_bytes = integer_or(m, "peak_bytes", 0);
+      model.kept_bytes = integer_or(m, "kept_bytes", 0);
+      if (m.contains("by_tag")) model.by_tag = tags_from_json(m.at("by_tag"));
+      if (m.contains("peak_phase")) model.peak_phase = parse_phase(m.at("peak_phase"));
+      row.model = model;
+    }
+  }
+  if (j.contains("check") && j.at("check").is_object()) {
+    const json& c = j.at("check");
+    Check check;
+    check.reference = c.value("reference", std::string());
+    check.max_rel_err = number_or(c, "max_rel_err", 0);
+    // Files without a tolerance still say whether the check passed.
+    check.tolerance = number_or(c, "tolerance", c.value("passed", true) ? check.max_rel_err : -1.0);
+    row.check = check;
+  }
+  row.threads = static_cast<int>(integer_or(j, "threads", 0));
+  if (j.contains("device") && j.at("device").is_string()) row.device = j.at("device").get<std::string>();
+  return row;
+}
+
+ResultsFile read_results_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw RuntimeFailure(fmt::format("cannot read '{}'", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  ResultsFile file;
+  try {
+    const bool lines = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
+    if (!lines) {
+      const json document = json::parse(text);
+      if (document.contains("meta")) file.meta = document.at("meta");
+      for (const json& row : required(document, "rows", path)) file.rows.push_back(row_from_json(row));
+      return file;
+    }
+    std::istringstream stream(text);
+    std::string line;
+    while (std::getline(stream, line)) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const json record = json::parse(line);
+      if (record.contains("meta")) file.meta = record.at("meta");
+      else file.rows.push_back(row_from_json(record));
+    }
+  } catch (const json::exception& error) {
+    throw UsageError(fmt::format("'{}' is not a flashbench results file: {}", path, error.what()));
+  }
+  return file;
+}
+
+}  // namespace flashbench
