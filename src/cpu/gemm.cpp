@@ -1,91 +1,208 @@
 #include "flashbench/cpu/gemm.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <utility>
 
 namespace flashbench::cpu {
 namespace {
 
-// Register tile of the micro-kernel: kMr rows × kNr columns of C held in 2·kMr vector registers
-// (16 floats each). 8 × 32 uses 16 of the 32 AVX-512 registers for accumulators.
-constexpr int64_t kMr = 8;
-constexpr int64_t kNr = 32;
-// Cache blocking: a kKc × kNc panel of B stays in L2, a kMc × kKc panel of A in L1/L2.
+// One SIMD register of fp32 lanes: 16 with AVX-512, 8 with AVX2 (the portable build).
+#if defined(__AVX512F__)
+constexpr int64_t kLanes = 16;
+// Register tile: up to kMaxMr rows × kNr columns of C in 2·kMaxMr accumulators; 12 × 32 uses 24 of
+// the 32 zmm registers and leaves room for the two B vectors of one k step.
+constexpr int64_t kMaxMr = 12;
+#else
+constexpr int64_t kLanes = 8;
+constexpr int64_t kMaxMr = 6;  // 12 of the 16 ymm registers
+#endif
+using vec = float __attribute__((vector_size(kLanes * sizeof(float))));
+constexpr int64_t kNr = 2 * kLanes;
+
+// Cache blocking for large products: a packed kKc × kNc panel of B (1 MiB) lives in L2, a
+// kMr × kKc strip of A (12 KiB) plus one kKc × kNr strip of B (32 KiB) in L1 during a micro-kernel.
 constexpr int64_t kKc = 256;
-constexpr int64_t kMc = 64;
+constexpr int64_t kMc = 120;
 constexpr int64_t kNc = 1024;
+// Products with at most this many rows (and K ≤ kKc, N ≤ kNc) are attention tiles: A is read in place.
+constexpr int64_t kMaxDirectRows = 512;
+constexpr int64_t kMinColumnsToPackA = 4 * kNr;
 
-using vec16 = float __attribute__((vector_size(64)));
-
-// Packing scratch, fixed per thread; it is reused by every call and never grows.
+// Packing scratch, fixed per thread; reused by every call and never grows. [floats]
 alignas(64) thread_local float packed_a[kMc * kKc];
 alignas(64) thread_local float packed_b[kKc * kNc];
 
-inline float element(const float* X, int64_t ld, Op op, int64_t row, int64_t col) {
-  return op == Op::none ? X[row * ld + col] : X[col * ld + row];
+inline vec load(const float* p) {
+  vec v;
+  std::memcpy(&v, p, sizeof(vec));
+  return v;
+}
+inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof(vec)); }
+
+// The first `count` (0 ≤ count ≤ kLanes) lanes from p; the rest are zero and never touched in memory.
+inline vec load_partial(const float* p, int64_t count) {
+#if defined(__AVX512F__)
+  return vec(_mm512_maskz_loadu_ps(__mmask16((1u << count) - 1u), p));
+#else
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return vec(_mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), lane)));
+#endif
+}
+inline void store_partial(float* p, vec v, int64_t count) {
+#if defined(__AVX512F__)
+  _mm512_mask_storeu_ps(p, __mmask16((1u << count) - 1u), __m512(v));
+#else
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), lane), __m256(v));
+#endif
 }
 
-// packed_a: for each kMr-row strip, k-major: strip[k * kMr + r] = op(A)[i0 + r, k0 + k], zero-padded.
-void pack_a(Op op, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc) {
-  for (int64_t strip = 0; strip < mc; strip += kMr) {
-    float* dst = packed_a + strip * kc;
-    const int64_t rows = std::min(kMr, mc - strip);
-    for (int64_t k = 0; k < kc; ++k) {
-      for (int64_t r = 0; r < rows; ++r) dst[k * kMr + r] = element(A, lda, op, i0 + strip + r, k0 + k);
-      for (int64_t r = rows; r < kMr; ++r) dst[k * kMr + r] = 0.0f;
+// How the micro-kernel finds op(A)[r, k]: at a[r * stride + k] (rows contiguous in k: op none) or
+// at a[k * stride + r] (columns contiguous in r: op transpose, and packed strips).
+enum class Layout { k_contiguous, rows_contiguous };
+
+// C[0:MR, 0:cols] = alpha · Σ_k op(A)[r, k] · op(B)[k, 0:kNr] + beta · C. Row k of op(B) is kNr
+// contiguous floats at b + k · b_row_stride; when not `b_full` only `cols` of them are valid and they
+// are loaded masked, so nothing past them is read.
+template <int MR, Layout layout>
+void micro_kernel(int64_t kc, const float* a, int64_t a_stride, const float* b, int64_t b_row_stride,
+                  bool b_full, int64_t cols, float alpha, float beta, float* C, int64_t ldc) {
+  vec acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = vec{};
+  // C is read and written only after the k loop; fetching its lines now hides the miss (in a large
+  // product C's rows lie far apart and are not in any cache).
+  if (beta != 0.0f)
+    for (int r = 0; r < MR; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc + kNr - 1), _MM_HINT_T0);
+    }
+  const int64_t cols0 = std::min(cols, kLanes), cols1 = std::max<int64_t>(cols - kLanes, 0);
+  const auto step = [&](int64_t k, vec b0, vec b1) {
+    for (int r = 0; r < MR; ++r) {
+      const float ar = layout == Layout::k_contiguous ? a[r * a_stride + k] : a[k * a_stride + r];
+      acc[r][0] += ar * b0;
+      acc[r][1] += ar * b1;
+    }
+  };
+  if (b_full) {
+    for (int64_t k = 0; k < kc; ++k, b += b_row_stride) step(k, load(b), load(b + kLanes));
+  } else {
+    for (int64_t k = 0; k < kc; ++k, b += b_row_stride)
+      step(k, load_partial(b, cols0), load_partial(b + kLanes, cols1));
+  }
+  for (int r = 0; r < MR; ++r, C += ldc) {
+    if (cols == kNr) {
+      const vec c0 = beta == 0.0f ? vec{} : beta * load(C);
+      const vec c1 = beta == 0.0f ? vec{} : beta * load(C + kLanes);
+      store(C, alpha * acc[r][0] + c0);
+      store(C + kLanes, alpha * acc[r][1] + c1);
+    } else {
+      const vec c0 = beta == 0.0f ? vec{} : beta * load_partial(C, cols0);
+      const vec c1 = beta == 0.0f ? vec{} : beta * load_partial(C + kLanes, cols1);
+      store_partial(C, alpha * acc[r][0] + c0, cols0);
+      if (cols1 > 0) store_partial(C + kLanes, alpha * acc[r][1] + c1, cols1);
     }
   }
 }
 
-// packed_b: for each kNr-column strip, k-major: strip[k * kNr + c] = op(B)[k0 + k, j0 + c], zero-padded.
+using MicroKernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, bool, int64_t, float, float,
+                             float*, int64_t);
+
+template <Layout layout, int... MR>
+constexpr auto make_kernel_table(std::integer_sequence<int, MR...>) {
+  return std::array<MicroKernel, sizeof...(MR)>{&micro_kernel<MR + 1, layout>...};
+}
+// kernels[layout][rows - 1] handles a strip of `rows` rows.
+constexpr std::array<std::array<MicroKernel, kMaxMr>, 2> kernels = {
+    make_kernel_table<Layout::k_contiguous>(std::make_integer_sequence<int, kMaxMr>{}),
+    make_kernel_table<Layout::rows_contiguous>(std::make_integer_sequence<int, kMaxMr>{})};
+
+// Rows per strip when `m` rows are cut into the fewest strips of at most kMaxMr rows, as evenly as
+// possible: 64 rows become 6 strips of 11 or 10 rather than 5 of 12 and one of 4, so every strip
+// keeps enough independent accumulators to hide the FMA latency.
+inline int64_t strip_rows(int64_t m) {
+  const int64_t strips = (m + kMaxMr - 1) / kMaxMr;
+  return (m + strips - 1) / strips;
+}
+
+// op(B)[k0 : k0+kc, j0 : j0+nc] into kNr-column strips, k-major: strip[k * kNr + c], zero-padded.
 void pack_b(Op op, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nc) {
   for (int64_t strip = 0; strip < nc; strip += kNr) {
     float* dst = packed_b + strip * kc;
     const int64_t cols = std::min(kNr, nc - strip);
-    if (op == Op::none && cols == kNr) {
-      for (int64_t k = 0; k < kc; ++k)
-        std::memcpy(dst + k * kNr, B + (k0 + k) * ldb + j0 + strip, kNr * sizeof(float));
+    if (op == Op::none) {
+      const float* src = B + k0 * ldb + j0 + strip;
+      for (int64_t k = 0; k < kc; ++k, src += ldb, dst += kNr) {
+        if (cols == kNr) {
+          store(dst, load(src));
+          store(dst + kLanes, load(src + kLanes));
+        } else {
+          store(dst, load_partial(src, std::min(cols, kLanes)));
+          store(dst + kLanes, load_partial(src + kLanes, std::max<int64_t>(cols - kLanes, 0)));
+        }
+      }
       continue;
     }
-    for (int64_t k = 0; k < kc; ++k) {
-      for (int64_t c = 0; c < cols; ++c) dst[k * kNr + c] = element(B, ldb, op, k0 + k, j0 + strip + c);
-      for (int64_t c = cols; c < kNr; ++c) dst[k * kNr + c] = 0.0f;
+    // op(B)[k, j] = B[j, k]: read each source row (contiguous in k) once, write it down a column.
+    for (int64_t c = 0; c < cols; ++c) {
+      const float* src = B + (j0 + strip + c) * ldb + k0;
+      for (int64_t k = 0; k < kc; ++k) dst[k * kNr + c] = src[k];
+    }
+    for (int64_t c = cols; c < kNr; ++c)
+      for (int64_t k = 0; k < kc; ++k) dst[k * kNr + c] = 0.0f;
+  }
+}
+
+// op(A)[i0 : i0+mc, k0 : k0+kc] into strips of `rows` rows, k-major: strip[k * rows + r].
+void pack_a(Op op, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t rows, int64_t k0, int64_t kc) {
+  for (int64_t strip = 0; strip < mc; strip += rows) {
+    float* dst = packed_a + strip * kc;
+    const int64_t strip_height = std::min(rows, mc - strip);
+    if (op == Op::transpose) {
+      for (int64_t k = 0; k < kc; ++k)
+        std::memcpy(dst + k * strip_height, A + (k0 + k) * lda + i0 + strip, strip_height * sizeof(float));
+      continue;
+    }
+    for (int64_t r = 0; r < strip_height; ++r) {
+      const float* src = A + (i0 + strip + r) * lda + k0;
+      for (int64_t k = 0; k < kc; ++k) dst[k * strip_height + r] = src[k];
     }
   }
 }
 
-// acc[kMr][2] = Σ_k a[k, r] · b[k, :] over one packed A strip and one packed B strip.
-inline void micro_kernel(int64_t kc, const float* a, const float* b, vec16 acc[kMr][2]) {
-  for (int64_t r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = vec16{};
-  for (int64_t k = 0; k < kc; ++k) {
-    vec16 b0, b1;
-    std::memcpy(&b0, b + k * kNr, sizeof(vec16));
-    std::memcpy(&b1, b + k * kNr + 16, sizeof(vec16));
-    for (int64_t r = 0; r < kMr; ++r) {
-      const float ar = a[k * kMr + r];
-      acc[r][0] += ar * b0;
-      acc[r][1] += ar * b1;
-    }
-  }
-}
-
-// C tile = alpha · acc + beta · C over the valid rows × cols of the tile.
-inline void store_tile(const vec16 acc[kMr][2], int64_t rows, int64_t cols, float alpha, float beta,
-                       float* C, int64_t ldc) {
-  alignas(64) float tile[kMr][kNr];
-  std::memcpy(tile, acc, sizeof(tile));
-  for (int64_t r = 0; r < rows; ++r) {
-    float* c = C + r * ldc;
-    if (beta == 0.0f) {
-      for (int64_t j = 0; j < cols; ++j) c[j] = alpha * tile[r][j];
-    } else {
-      for (int64_t j = 0; j < cols; ++j) c[j] = alpha * tile[r][j] + beta * c[j];
+// C[mc, nc] (+)= op(A)[mc, kc] · B-panel, over strips of rows and kNr columns. A is either packed
+// (strips of `rows` rows, k-major) or in place with op(A)[r, k] at a[r * row_stride + k * k_stride].
+void block_product(int64_t mc, int64_t nc, int64_t kc, float alpha, const float* A, int64_t a_row_stride,
+                   int64_t a_k_stride, bool a_packed, const float* B, int64_t b_row_stride,
+                   bool b_packed, float beta, float* C, int64_t ldc) {
+  const int64_t rows = strip_rows(mc);
+  const bool k_contiguous = !a_packed && a_k_stride == 1;
+  const auto& kernel_for_rows = kernels[k_contiguous ? 0 : 1];
+  for (int64_t js = 0; js < nc; js += kNr) {
+    const int64_t cols = std::min(kNr, nc - js);
+    // A packed B strip is kNr wide with zero padding; an unpacked B row may end at `cols`.
+    const float* b = b_packed ? B + js * kc : B + js;
+    const bool b_full = b_packed || cols == kNr;
+    for (int64_t is = 0; is < mc; is += rows) {
+      const int64_t height = std::min(rows, mc - is);
+      const float* a = a_packed ? A + is * kc : A + is * a_row_stride;
+      const int64_t a_stride = a_packed ? height : (k_contiguous ? a_row_stride : a_k_stride);
+      kernel_for_rows[height - 1](kc, a, a_stride, b, b_row_stride, b_full, cols, alpha, beta, C + is * ldc + js,
+                                  ldc);
     }
   }
 }
 
 }  // namespace
 
+// Two paths. Small products (attention tiles) read A in place: the micro-kernel broadcasts op(A)'s
+// elements from wherever they are, so only a transposed B is packed. Large products pack both
+// operands into cache-sized panels, which avoids cache-set conflicts between rows that lie a
+// power-of-two stride apart and makes every micro-kernel read sequential.
 void gemm(Op op_a, Op op_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
@@ -94,23 +211,32 @@ void gemm(Op op_a, Op op_b, int64_t M, int64_t N, int64_t K, float alpha, const 
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
     return;
   }
+  const int64_t a_row_stride = op_a == Op::none ? lda : 1;
+  const int64_t a_k_stride = op_a == Op::none ? 1 : lda;
+  const bool large = M > kMaxDirectRows || N > kNc || K > kKc;
+  const int64_t row_block = large ? kMc : M;
+  // Packing a row-major A (a transposition) costs about as much as a k step per element; it pays off
+  // only when the strip is reused across many column strips. A transposed A packs by plain copies and
+  // would otherwise be read a whole cache line per k step.
+  const bool pack_a_block = large && (N >= kMinColumnsToPackA || op_a == Op::transpose);
   for (int64_t j0 = 0; j0 < N; j0 += kNc) {
     const int64_t nc = std::min(kNc, N - j0);
     for (int64_t k0 = 0; k0 < K; k0 += kKc) {
       const int64_t kc = std::min(kKc, K - k0);
       const float beta_block = k0 == 0 ? beta : 1.0f;  // later K blocks accumulate
-      pack_b(op_b, B, ldb, k0, kc, j0, nc);
-      for (int64_t i0 = 0; i0 < M; i0 += kMc) {
-        const int64_t mc = std::min(kMc, M - i0);
-        pack_a(op_a, A, lda, i0, mc, k0, kc);
-        for (int64_t js = 0; js < nc; js += kNr) {
-          for (int64_t is = 0; is < mc; is += kMr) {
-            vec16 acc[kMr][2];
-            micro_kernel(kc, packed_a + is * kc, packed_b + js * kc, acc);
-            store_tile(acc, std::min(kMr, mc - is), std::min(kNr, nc - js), alpha, beta_block,
-                       C + (i0 + is) * ldc + j0 + js, ldc);
-          }
+      const bool pack_b_panel = large || op_b == Op::transpose;
+      if (pack_b_panel) pack_b(op_b, B, ldb, k0, kc, j0, nc);
+      const float* b_panel = pack_b_panel ? packed_b : B + k0 * ldb + j0;
+      const int64_t b_row_stride = pack_b_panel ? kNr : ldb;
+      for (int64_t i0 = 0; i0 < M; i0 += row_block) {
+        const int64_t mc = std::min(row_block, M - i0);
+        const float* a_block = A + i0 * a_row_stride + k0 * a_k_stride;
+        if (pack_a_block) {
+          pack_a(op_a, A, lda, i0, mc, strip_rows(mc), k0, kc);
+          a_block = packed_a;
         }
+        block_product(mc, nc, kc, alpha, a_block, a_row_stride, a_k_stride, pack_a_block, b_panel, b_row_stride,
+                      pack_b_panel, beta_block, C + i0 * ldc + j0, ldc);
       }
     }
   }
@@ -118,6 +244,9 @@ void gemm(Op op_a, Op op_b, int64_t M, int64_t N, int64_t K, float alpha, const 
 
 void gemm_reference(Op op_a, Op op_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const auto element = [](const float* X, int64_t ld, Op op, int64_t row, int64_t col) {
+    return op == Op::none ? X[row * ld + col] : X[col * ld + row];
+  };
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double sum = 0.0;
