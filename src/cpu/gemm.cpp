@@ -1,5 +1,7 @@
 #include "flashbench/cpu/gemm.hpp"
 
+#include "flashbench/cpu/vector_math.hpp"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,17 +12,17 @@
 namespace flashbench::cpu {
 namespace {
 
-// One SIMD register of fp32 lanes: 16 with AVX-512, 8 with AVX2 (the portable build).
-#if defined(__AVX512F__)
-constexpr int64_t kLanes = 16;
-// Register tile: up to kMaxMr rows × kNr columns of C in 2·kMaxMr accumulators; 12 × 32 uses 24 of
-// the 32 zmm registers and leaves room for the two B vectors of one k step.
-constexpr int64_t kMaxMr = 12;
-#else
-constexpr int64_t kLanes = 8;
-constexpr int64_t kMaxMr = 6;  // 12 of the 16 ymm registers
-#endif
-using vec = float __attribute__((vector_size(kLanes * sizeof(float))));
+using simd::kLanes;
+using simd::load;
+using simd::load_partial;
+using simd::store;
+using simd::store_partial;
+using simd::vec;
+
+// Register tile: up to kMaxMr rows × kNr columns of C in 2·kMaxMr accumulators. With AVX-512,
+// 12 × 32 uses 24 of the 32 zmm registers and leaves room for the two B vectors of one k step; with
+// AVX2, 6 × 16 uses 12 of the 16 ymm registers.
+constexpr int64_t kMaxMr = kLanes == 16 ? 12 : 6;
 constexpr int64_t kNr = 2 * kLanes;
 
 // Cache blocking for large products: a packed kKc × kNc panel of B (1 MiB) lives in L2, a
@@ -35,31 +37,6 @@ constexpr int64_t kMinColumnsToPackA = 4 * kNr;
 // Packing scratch, fixed per thread; reused by every call and never grows. [floats]
 alignas(64) thread_local float packed_a[kMc * kKc];
 alignas(64) thread_local float packed_b[kKc * kNc];
-
-inline vec load(const float* p) {
-  vec v;
-  std::memcpy(&v, p, sizeof(vec));
-  return v;
-}
-inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof(vec)); }
-
-// The first `count` (0 ≤ count ≤ kLanes) lanes from p; the rest are zero and never touched in memory.
-inline vec load_partial(const float* p, int64_t count) {
-#if defined(__AVX512F__)
-  return vec(_mm512_maskz_loadu_ps(__mmask16((1u << count) - 1u), p));
-#else
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return vec(_mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), lane)));
-#endif
-}
-inline void store_partial(float* p, vec v, int64_t count) {
-#if defined(__AVX512F__)
-  _mm512_mask_storeu_ps(p, __mmask16((1u << count) - 1u), __m512(v));
-#else
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), lane), __m256(v));
-#endif
-}
 
 // How the micro-kernel finds op(A)[r, k]: at a[r * stride + k] (rows contiguous in k: op none) or
 // at a[k * stride + r] (columns contiguous in r: op transpose, and packed strips).

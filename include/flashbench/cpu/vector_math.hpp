@@ -1,0 +1,156 @@
+#pragma once
+// SIMD basics and the vectorised math the softmax loops need: one register of fp32 lanes (16 with
+// AVX-512, 8 with AVX2 in the portable build), a fast exp with a stated error bound, and row helpers
+// (max, exp-and-sum of a scaled and shifted row, scale). Header-only so that the attention kernels'
+// loops inline them.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace flashbench::cpu::simd {
+
+#if defined(__AVX512F__)
+inline constexpr int64_t kLanes = 16;
+#elif defined(__AVX2__)
+inline constexpr int64_t kLanes = 8;
+#else
+#error "flashbench's CPU kernels need AVX2 at least (build with -march=x86-64-v3 or newer)"
+#endif
+using vec = float __attribute__((vector_size(kLanes * sizeof(float))));
+using ivec = int32_t __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+inline vec broadcast(float x) { return vec{} + x; }
+inline vec load(const float* p) {
+  vec v;
+  std::memcpy(&v, p, sizeof(vec));
+  return v;
+}
+inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof(vec)); }
+
+// The first `count` (0 ≤ count ≤ kLanes) lanes of p; the other lanes read as `fill` and their memory is
+// never touched, so a row may end anywhere.
+inline vec load_partial(const float* p, int64_t count, float fill = 0.0f) {
+#if defined(__AVX512F__)
+  return vec(_mm512_mask_loadu_ps(__m512(broadcast(fill)), __mmask16((1u << count) - 1u), p));
+#else
+  const __m256i in_range = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return vec(_mm256_blendv_ps(__m256(broadcast(fill)), _mm256_maskload_ps(p, in_range), _mm256_castsi256_ps(in_range)));
+#endif
+}
+inline void store_partial(float* p, vec v, int64_t count) {
+#if defined(__AVX512F__)
+  _mm512_mask_storeu_ps(p, __mmask16((1u << count) - 1u), __m512(v));
+#else
+  const __m256i in_range = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  _mm256_maskstore_ps(p, in_range, __m256(v));
+#endif
+}
+
+inline vec max(vec a, vec b) { return a > b ? a : b; }
+inline float reduce_max(vec v) {
+  float m = v[0];
+  for (int64_t i = 1; i < kLanes; ++i) m = std::max(m, v[i]);
+  return m;
+}
+inline float reduce_sum(vec v) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < kLanes; ++i) s += v[i];
+  return s;
+}
+
+// exp(x) per lane, after Cephes' expf: x = n·ln2 + r with n = round(x·log2 e), |r| ≤ ln2/2,
+// exp(r) by its degree-7 minimax polynomial, times 2ⁿ. Error bound (tests/vector_math_test.cpp
+// checks it against double exp over [-104, 88.7] and the limits): relative ≤ 2.5e-7 (about 2 ulp)
+// where exp(x) is a normal float (x ≥ -87.33); below that the result is 0 or subnormal with absolute
+// error < 2⁻¹²⁶; exp(-inf) = 0, exp(0) = 1 exactly, x > 88.72 gives +inf, NaN stays NaN.
+inline vec exp(vec x) {
+  // Below -104 every result is 0 in fp32; clamping there keeps -inf from turning into inf - inf.
+  const vec lowest = broadcast(-104.0f), highest = broadcast(89.0f);
+  x = x < lowest ? lowest : x;
+  x = x > highest ? highest : x;
+  // Round to nearest by the 1.5·2²³ trick: exact for |x·log2 e| < 2²², here ≤ 151.
+  const float round_shift = 12582912.0f;
+  const vec n = (x * 1.44269504088896341f + round_shift) - round_shift;
+  // ln 2 in two parts, the first exact in few bits, so n·ln2_hi is exact and r keeps its precision.
+  vec r = x - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  vec p = broadcast(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+#if defined(__AVX512F__)
+  // p · 2ⁿ over the whole range: overflow to inf and gradual underflow to subnormals and 0. (The
+  // masked form: GCC 12's unmasked intrinsic trips -Wmaybe-uninitialized.)
+  return vec(_mm512_mask_scalef_ps(__m512(p), __mmask16(0xFFFF), __m512(p), __m512(n)));
+#else
+  // p · 2^(n/2) · 2^(n − n/2): both factors are normal floats for every n in [-150, 129], so this
+  // also overflows to inf and underflows gradually.
+  const ivec n_int = __builtin_convertvector(n, ivec);
+  const ivec half = n_int >> 1;
+  const ivec bits_first = (half + 127) << 23, bits_second = (n_int - half + 127) << 23;
+  vec first, second;
+  std::memcpy(&first, &bits_first, sizeof(vec));
+  std::memcpy(&second, &bits_second, sizeof(vec));
+  return p * first * second;
+#endif
+}
+
+}  // namespace flashbench::cpu::simd
+
+namespace flashbench::cpu {
+
+// max_j x[j] over x[0:n]; -inf when n == 0.
+inline float row_max(const float* x, int64_t n) {
+  using namespace simd;
+  const float lowest = -std::numeric_limits<float>::infinity();
+  vec m = broadcast(lowest);
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) m = max(m, load(x + j));
+  if (j < n) m = max(m, load_partial(x + j, n - j, lowest));
+  return reduce_max(m);
+}
+
+// x[j] = exp(scale · x[j] − shift) in place over x[0:n], scale > 0; returns Σ_j of the new x[j].
+// With shift = scale · max_j x[j] this is the softmax numerator of a row of scores. A row that is all
+// -inf (fully masked) needs a finite shift: -inf - (-inf) is NaN.
+inline float exp_scaled_shifted_sum(float* x, int64_t n, float scale, float shift) {
+  using namespace simd;
+  vec sum{};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    const vec e = exp(load(x + j) * scale - shift);
+    store(x + j, e);
+    sum += e;
+  }
+  if (j < n) {
+    // Lanes past n read -inf, so they add exp(-inf) = 0 to the sum.
+    const vec e = exp(load_partial(x + j, n - j, -std::numeric_limits<float>::infinity()) * scale - shift);
+    store_partial(x + j, e, n - j);
+    sum += e;
+  }
+  return reduce_sum(sum);
+}
+
+// x[j] *= factor over x[0:n].
+inline void scale_row(float* x, int64_t n, float factor) {
+  using namespace simd;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) store(x + j, load(x + j) * factor);
+  if (j < n) store_partial(x + j, load_partial(x + j, n - j) * factor, n - j);
+}
+
+// y[j] = exp(x[j]) over [0:n] (y may be x).
+inline void exp_array(const float* x, float* y, int64_t n) {
+  using namespace simd;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) store(y + j, exp(load(x + j)));
+  if (j < n) store_partial(y + j, exp(load_partial(x + j, n - j)), n - j);
+}
+
+}  // namespace flashbench::cpu
