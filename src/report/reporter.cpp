@@ -35,14 +35,17 @@ namespace {
 // `value` with three significant digits and no exponent: 0.0512, 8.12, 81.2, 812.
 std::string three_digits(double value) {
   if (value == 0) return "0";
-  const int magnitude = static_cast<int>(std::floor(std::log10(std::abs(value))));
+  int magnitude = static_cast<int>(std::floor(std::log10(std::abs(value))));
+  // 0.9996 rounds up to 1.000: count digits from the rounded magnitude.
+  const double rounded = std::abs(value) + 0.5 * std::pow(10.0, magnitude - 2);
+  if (std::floor(std::log10(rounded)) > magnitude) ++magnitude;
   const int decimals = std::clamp(2 - magnitude, 0, 6);
   return fmt::format("{:.{}f}", value, decimals);
 }
 }  // namespace
 
 std::string format_duration_ms(double ms) {
-  if (ms < 1000) return three_digits(ms) + " ms";
+  if (ms < 999.5) return three_digits(ms) + " ms";
   return three_digits(ms / 1000) + " s";
 }
 

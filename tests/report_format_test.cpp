@@ -1,0 +1,305 @@
+// Reporter output pinned against expected text, built from rows with known numbers
+// (tests/report_rows.hpp); units; the JSON contract's keys; atomic writes.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "flashbench/errors.hpp"
+#include "flashbench/report.hpp"
+#include "report_rows.hpp"
+
+namespace flashbench {
+namespace {
+
+using testing::four_variant_rows;
+
+nlohmann::ordered_json fixed_meta() {
+  nlohmann::ordered_json meta;
+  meta["tool"] = "flashbench";
+  meta["version"] = "9.9.9";
+  meta["git"] = "abc123";
+  meta["host"]["cpu"] = "Test CPU";
+  return meta;
+}
+
+std::string render(std::string_view format, const std::vector<Row>& rows, bool terminal = false) {
+  std::ostringstream out;
+  auto reporter = make_reporter(format, out, terminal);
+  reporter->begin(fixed_meta());
+  for (const Row& row : rows) reporter->add(row);
+  reporter->finish();
+  return out.str();
+}
+
+TEST(ReportUnits, DurationsHaveThreeSignificantDigits) {
+  EXPECT_EQ(format_duration_ms(0.0512), "0.0512 ms");
+  EXPECT_EQ(format_duration_ms(8.123), "8.12 ms");
+  EXPECT_EQ(format_duration_ms(81.23), "81.2 ms");
+  EXPECT_EQ(format_duration_ms(812.3), "812 ms");
+  EXPECT_EQ(format_duration_ms(0.99996), "1.00 ms");
+  EXPECT_EQ(format_duration_ms(999.7), "1.00 s");
+  EXPECT_EQ(format_duration_ms(1250), "1.25 s");
+}
+
+TEST(ReportUnits, BytesUseBinaryUnits) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+  EXPECT_EQ(format_bytes(1024), "1.00 KiB");
+  EXPECT_EQ(format_bytes(64 * 1024 + 512), "64.5 KiB");
+  EXPECT_EQ(format_bytes(int64_t{3} << 29), "1.50 GiB");
+  // 1023.9 KiB would round to "1024 KiB"; it reads as the next unit instead.
+  EXPECT_EQ(format_bytes(1024 * 1024 - 100), "1.00 MiB");
+  EXPECT_EQ(format_bytes(int64_t{1} << 40), "1.00 TiB");
+}
+
+TEST(ReportUnits, ThroughputSwitchesFromGigaToTera) {
+  EXPECT_EQ(format_throughput(0.0085), "8.50 GFLOP/s");
+  EXPECT_EQ(format_throughput(0.85), "850 GFLOP/s");
+  EXPECT_EQ(format_throughput(123.4), "123 TFLOP/s");
+}
+
+TEST(ReportTable, PinnedTextWhenPiped) {
+  const std::string expected =
+      "flashbench 9.9.9 (abc123), Test CPU\n"
+      "\n"
+      "cpu: B=1 H=2 N=256 d=32 L=1 fp32, 4 threads\n"
+      "variant         fwd      bwd  bwd/fwd      fwd rate      bwd rate      kept     peak  model peak  peak-model  time/std  peak/std         check  status\n"
+      "standard    2.00 ms  4.00 ms    2.00x  8.39 GFLOP/s  10.5 GFLOP/s   512 KiB  977 KiB     977 KiB       +0.0%     1.00x     1.00x       2.5e-07  ok\n"
+      "v1                -        -        -             -             -         -        -           -           -         -         -             -  oom: needs 2.00 GiB, limit 1.00 GiB\n"
+      "v2          1.00 ms  3.00 ms    3.00x  16.8 GFLOP/s  14.0 GFLOP/s  64.5 KiB  293 KiB     283 KiB       +3.4%     0.67x     0.30x       1.2e-06  ok\n"
+      "checkpoint  2.00 ms  8.00 ms    4.00x  8.39 GFLOP/s  5.24 GFLOP/s       0 B  244 KiB           -           -     1.67x     0.25x  FAIL 5.0e-01  ok !\n"
+      "  warning: checkpoint: check against float64 failed: max relative error 0.5 > tolerance 0.0001\n";
+  EXPECT_EQ(render("table", four_variant_rows()), expected);
+}
+
+TEST(ReportTable, MarksTheFastestVariantOnlyOnATerminal) {
+  const std::string piped = render("table", four_variant_rows(), false);
+  const std::string terminal = render("table", four_variant_rows(), true);
+  EXPECT_EQ(piped.find('\033'), std::string::npos);
+  EXPECT_EQ(piped.find("v2 *"), std::string::npos);
+  // v2 has the lowest fwd + bwd (4 ms against 6 and 10): marked and coloured.
+  EXPECT_NE(terminal.find("\033[1;32mv2 *"), std::string::npos);
+  EXPECT_EQ(terminal.find("standard *"), std::string::npos);
+}
+
+TEST(ReportTable, OneBlockPerProblemWithRelativeColumnsPerBlock) {
+  std::vector<Row> rows = four_variant_rows();
+  std::vector<Row> more = four_variant_rows();
+  for (Row& row : more) row.problem.seq = 512;
+  rows.insert(rows.end(), more.begin(), more.end());
+  const std::string text = render("table", rows);
+  EXPECT_NE(text.find("cpu: B=1 H=2 N=256 "), std::string::npos);
+  EXPECT_NE(text.find("cpu: B=1 H=2 N=512 "), std::string::npos);
+  // The v2 row of each block is relative to its own block's standard.
+  size_t count = 0;
+  for (size_t at = text.find("0.67x"); at != std::string::npos; at = text.find("0.67x", at + 1)) ++count;
+  EXPECT_EQ(count, 2u);
+}
+
+TEST(ReportTable, NoisyMeasurementIsWarned) {
+  std::vector<Row> rows = four_variant_rows();
+  // Samples spread ±40% around 2 ms: the median's confidence interval is far above 2%.
+  rows[0].bwd = summarize({1.2, 2.8, 2.0, 1.3, 2.7, 2.0, 1.4}, 0.02);
+  const std::string text = render("table", rows);
+  EXPECT_NE(text.find("warning: standard: bwd noise"), std::string::npos) << text;
+  EXPECT_NE(text.find("above the 2.0% target after 7 samples"), std::string::npos) << text;
+}
+
+TEST(ReportMarkdown, PinnedText) {
+  std::vector<Row> rows = four_variant_rows();
+  rows.resize(2);
+  const std::string expected =
+      "_flashbench 9.9.9 (abc123), Test CPU_\n"
+      "\n"
+      "### cpu: B=1 H=2 N=256 d=32 L=1 fp32, 4 threads\n"
+      "\n"
+      "| variant | fwd | bwd | bwd/fwd | fwd rate | bwd rate | kept | peak | model peak | peak-model | time/std | peak/std | check | status |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n"
+      "| standard | 2.00 ms | 4.00 ms | 2.00x | 8.39 GFLOP/s | 10.5 GFLOP/s | 512 KiB | 977 KiB | 977 KiB | +0.0% | 1.00x | 1.00x | 2.5e-07 | ok |\n"
+      "| v1 | - | - | - | - | - | - | - | - | - | - | - | - | oom: needs 2.00 GiB, limit 1.00 GiB |\n";
+  EXPECT_EQ(render("md", rows), expected);
+}
+
+TEST(ReportCsv, HeaderAndRawNumbers) {
+  std::vector<Row> rows = four_variant_rows();
+  rows[1].reason = "needs 2 GiB, \"limit\" 1 GiB";  // a comma and quotes must be quoted
+  const std::string text = render("csv", rows);
+  std::istringstream lines(text);
+  std::string header, standard, v1;
+  std::getline(lines, header);
+  std::getline(lines, standard);
+  std::getline(lines, v1);
+  EXPECT_EQ(header.substr(0, 80),
+            "backend,variant,batch,heads,seq,head_dim,layers,causal,dtype,status,reason,fwd_m");
+  // fwd median 2 ms, mean of 1.98, 2, 2.02, 1.98, 2, 2.02, 1.98 = 13.98 / 7.
+  EXPECT_EQ(standard.substr(0, 48), "cpu,standard,1,2,256,32,1,false,fp32,ok,,2,1.997");
+  EXPECT_NE(standard.find(",1000000,bwd,524288,"), std::string::npos) << standard;
+  EXPECT_EQ(v1.substr(0, 73), "cpu,v1,1,2,256,32,1,false,fp32,oom,\"needs 2 GiB, \"\"limit\"\" 1 GiB\",,,,,,0,");
+  // Every line has as many fields as the header (no comma inside a field outside quotes here).
+  const auto fields = [](const std::string& line) {
+    size_t count = 1;
+    bool quoted = false;
+    for (char c : line) {
+      if (c == '"') quoted = !quoted;
+      if (c == ',' && !quoted) ++count;
+    }
+    return count;
+  };
+  EXPECT_EQ(fields(standard), fields(header));
+  EXPECT_EQ(fields(v1), fields(header));
+}
+
+TEST(ReportJson, DocumentCarriesSchemaMetaAndTheContractKeys) {
+  const nlohmann::json document = nlohmann::json::parse(render("json", four_variant_rows()));
+  EXPECT_EQ(document["schema_version"], 1);
+  EXPECT_EQ(document["meta"]["git"], "abc123");
+  ASSERT_EQ(document["rows"].size(), 4u);
+  const nlohmann::json& row = document["rows"][0];
+  for (const char* key : {"backend", "variant", "problem", "status", "reason", "timing", "throughput", "memory", "check"})
+    EXPECT_TRUE(row.contains(key)) << key;
+  for (const char* key : {"batch", "heads", "seq", "head_dim", "layers", "causal", "dtype"})
+    EXPECT_TRUE(row["problem"].contains(key)) << key;
+  for (const char* phase : {"fwd", "bwd"})
+    for (const char* key : {"median_ms", "mean_ms", "stddev_ms", "min_ms", "max_ms", "samples_ms"})
+      EXPECT_TRUE(row["timing"][phase].contains(key)) << phase << "." << key;
+  EXPECT_DOUBLE_EQ(row["timing"]["fwd"]["median_ms"].get<double>(), 2.0);
+  EXPECT_EQ(row["timing"]["bwd"]["samples_ms"].size(), 7u);
+  // 4·B·H·N²·d = 4·1·2·256²·32 FLOP in 2 ms.
+  EXPECT_DOUBLE_EQ(row["throughput"]["fwd_tflops"].get<double>(), 4.0 * 2 * 256 * 256 * 32 / 2e-3 / 1e12);
+  const nlohmann::json& measured = row["memory"]["measured"];
+  EXPECT_EQ(measured["peak_bytes"], 1'000'000);
+  EXPECT_EQ(measured["peak_phase"], "bwd");
+  EXPECT_EQ(measured["kept_bytes"], 524'288);
+  int64_t tag_sum = 0;
+  for (const char* tag : {"input", "activation", "kept", "workspace", "grad"}) tag_sum += measured["by_tag"][tag].get<int64_t>();
+  EXPECT_EQ(tag_sum, 1'000'000);
+  EXPECT_TRUE(measured.contains("os_peak_bytes"));
+  EXPECT_EQ(row["memory"]["model"]["peak_bytes"], 1'000'000);
+  EXPECT_EQ(row["check"]["reference"], "float64");
+  EXPECT_DOUBLE_EQ(row["check"]["max_rel_err"].get<double>(), 2.5e-7);
+  EXPECT_EQ(row["check"]["passed"], true);
+  // The oom row: status and reason, no times, no model.
+  const nlohmann::json& oom = document["rows"][1];
+  EXPECT_EQ(oom["status"], "oom");
+  EXPECT_EQ(oom["reason"], "needs 2.00 GiB, limit 1.00 GiB");
+  EXPECT_TRUE(oom["timing"]["fwd"]["median_ms"].is_null());
+  EXPECT_FALSE(oom["memory"].contains("model"));
+  EXPECT_EQ(document["rows"][3]["check"]["passed"], false);
+  EXPECT_EQ(document["rows"][3]["warnings"].size(), 1u);
+}
+
+TEST(ReportJson, RowsRoundTripThroughJson) {
+  for (const Row& row : four_variant_rows()) {
+    const Row back = row_from_json(nlohmann::json::parse(row_to_json(row).dump()));
+    EXPECT_EQ(row_to_json(back).dump(), row_to_json(row).dump());
+  }
+}
+
+TEST(ReportJson, MissingRequiredKeyIsAUsageError) {
+  nlohmann::json row = nlohmann::json::parse(row_to_json(four_variant_rows()[0]).dump());
+  row.erase("problem");
+  EXPECT_THROW(row_from_json(row), UsageError);
+}
+
+TEST(ReportJsonLines, MetaLineThenOneLinePerRow) {
+  const std::string text = render("jsonl", four_variant_rows());
+  std::istringstream lines(text);
+  std::string line;
+  std::vector<nlohmann::json> records;
+  while (std::getline(lines, line)) records.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(records.size(), 5u);
+  EXPECT_EQ(records[0]["schema_version"], 1);
+  EXPECT_EQ(records[0]["meta"]["version"], "9.9.9");
+  EXPECT_EQ(records[3]["variant"], "v2");
+}
+
+TEST(ReportJsonLines, EachRowIsWrittenWhenAdded) {
+  std::ostringstream out;
+  auto reporter = make_reporter("jsonl", out, false);
+  reporter->begin(fixed_meta());
+  reporter->add(four_variant_rows()[0]);
+  EXPECT_NE(out.str().find("\"variant\":\"standard\""), std::string::npos);
+}
+
+TEST(ReportFactory, UnknownFormatIsAUsageError) {
+  std::ostringstream out;
+  EXPECT_THROW(make_reporter("xml", out, false), UsageError);
+}
+
+TEST(ReportMeta, HasToolBuildHostTimeAndArgv) {
+  const nlohmann::ordered_json meta = make_meta({"flashbench", "run", "--seq", "64"});
+  EXPECT_EQ(meta["tool"], "flashbench");
+  for (const char* key : {"version", "git", "build", "host", "time", "argv"}) EXPECT_TRUE(meta.contains(key)) << key;
+  for (const char* key : {"type", "compiler", "flags", "cuda"}) EXPECT_TRUE(meta["build"].contains(key)) << key;
+  for (const char* key : {"cpu", "cores", "omp_threads", "hostname"}) EXPECT_TRUE(meta["host"].contains(key)) << key;
+  EXPECT_EQ(meta["argv"][3], "64");
+  const std::string time = meta["time"];
+  ASSERT_EQ(time.size(), 20u);  // 2026-11-29T10:00:00Z
+  EXPECT_EQ(time[10], 'T');
+  EXPECT_EQ(time.back(), 'Z');
+  EXPECT_FALSE(meta.contains("gpu"));
+}
+
+TEST(ReportMeta, GpuHookFillsGpuMeta) {
+  set_gpu_meta_hook([](nlohmann::ordered_json& meta) { meta["gpu"]["name"] = "Fake GPU"; });
+  const nlohmann::ordered_json meta = make_meta({});
+  set_gpu_meta_hook(nullptr);
+  EXPECT_EQ(meta["gpu"]["name"], "Fake GPU");
+}
+
+class AtomicWrite : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = std::filesystem::temp_directory_path() /
+                 ("flashbench-atomic-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(directory_);
+    std::filesystem::create_directories(directory_);
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+  std::filesystem::path directory_;
+};
+
+TEST_F(AtomicWrite, ReplacesTheFileAndLeavesNoTemporary) {
+  const std::string path = (directory_ / "out.json").string();
+  write_file_atomically(path, "first");
+  write_file_atomically(path, "second\n");
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "second\n");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(directory_), std::filesystem::directory_iterator()), 1);
+}
+
+TEST_F(AtomicWrite, FailureThrowsAndLeavesNothing) {
+  const std::string path = (directory_ / "missing-dir" / "out.json").string();
+  EXPECT_THROW(write_file_atomically(path, "x"), RuntimeFailure);
+  // The target is a directory: the rename fails after the temporary file was written.
+  const std::filesystem::path blocker = directory_ / "blocker";
+  std::filesystem::create_directories(blocker / "inside");
+  EXPECT_THROW(write_file_atomically(blocker.string(), "x"), RuntimeFailure);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(directory_), std::filesystem::directory_iterator()), 1);
+}
+
+TEST(ReadResultsFile, ReadsJsonAndJsonLines) {
+  const auto directory = std::filesystem::temp_directory_path();
+  const std::string json_path = (directory / "flashbench-read-test.json").string();
+  const std::string jsonl_path = (directory / "flashbench-read-test.jsonl").string();
+  write_file_atomically(json_path, render("json", four_variant_rows()));
+  write_file_atomically(jsonl_path, render("jsonl", four_variant_rows()));
+  const ResultsFile a = read_results_file(json_path);
+  const ResultsFile b = read_results_file(jsonl_path);
+  std::filesystem::remove(json_path);
+  std::filesystem::remove(jsonl_path);
+  ASSERT_EQ(a.rows.size(), 4u);
+  ASSERT_EQ(b.rows.size(), 4u);
+  EXPECT_EQ(a.meta["git"], "abc123");
+  EXPECT_EQ(b.meta["git"], "abc123");
+  EXPECT_EQ(a.rows[2].variant, Variant::v2);
+  EXPECT_DOUBLE_EQ(b.rows[2].bwd.median_ms, 3.0);
+}
+
+}  // namespace
+}  // namespace flashbench

@@ -1,0 +1,150 @@
+// Axis lists and ranges, sweep files, the cartesian product, and flags overriding a file.
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include <gtest/gtest.h>
+
+#include "flashbench/errors.hpp"
+#include "flashbench/sweep.hpp"
+
+namespace flashbench {
+namespace {
+
+using Values = std::vector<int64_t>;
+
+std::string usage_message(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const UsageError& error) {
+    return error.what();
+  }
+  return "(no UsageError)";
+}
+
+TEST(ParseIntList, SingleValuesAndCommaLists) {
+  EXPECT_EQ(parse_int_list("4096", "--seq"), Values({4096}));
+  EXPECT_EQ(parse_int_list("1,2, 3", "--seq"), Values({1, 2, 3}));
+}
+
+TEST(ParseIntList, GeometricAndArithmeticRanges) {
+  EXPECT_EQ(parse_int_list("512:8192:x2", "--seq"), Values({512, 1024, 2048, 4096, 8192}));
+  EXPECT_EQ(parse_int_list("64:256:+64", "--head-dim"), Values({64, 128, 192, 256}));
+  EXPECT_EQ(parse_int_list("100:1000:x3", "--seq"), Values({100, 300, 900}));  // stops below the end
+  EXPECT_EQ(parse_int_list("7:7:x2", "--seq"), Values({7}));
+  EXPECT_EQ(parse_int_list("1,256:1024:x2", "--seq"), Values({1, 256, 512, 1024}));
+}
+
+TEST(ParseIntList, RejectsBadTokensNamingFlagAndToken) {
+  EXPECT_EQ(usage_message([] { parse_int_list("0", "--seq"); }), "--seq: '0' must be positive");
+  EXPECT_EQ(usage_message([] { parse_int_list("128,-4", "--heads"); }), "--heads: '-4' must be positive");
+  EXPECT_EQ(usage_message([] { parse_int_list("12a", "--seq"); }), "--seq: '12a' is not an integer");
+  EXPECT_EQ(usage_message([] { parse_int_list("", "--seq"); }), "--seq: empty list");
+  EXPECT_EQ(usage_message([] { parse_int_list("1,,2", "--seq"); }), "--seq: '1,,2' has an empty item");
+  EXPECT_EQ(usage_message([] { parse_int_list("512:64:x2", "--seq"); }), "--seq: '512:64:x2' ends below its start");
+  EXPECT_EQ(usage_message([] { parse_int_list("64:512:x1", "--seq"); }),
+            "--seq: '64:512:x1' needs a factor of at least 2");
+  EXPECT_EQ(usage_message([] { parse_int_list("64:512:2", "--seq"); }),
+            "--seq: '64:512:2' needs a step 'xFACTOR' (geometric) or '+STEP' (arithmetic)");
+  EXPECT_EQ(usage_message([] { parse_int_list("64:512", "--seq"); }),
+            "--seq: '64:512' is not a range START:END:xFACTOR or START:END:+STEP");
+  EXPECT_EQ(usage_message([] { parse_int_list("99999999999999999999", "--seq"); }),
+            "--seq: '99999999999999999999' is too large");
+  EXPECT_NE(usage_message([] { parse_int_list("1:100000:+1", "--seq"); }).find("more than 4096 values"),
+            std::string::npos);
+}
+
+TEST(ParseLists, BoolsAndVariants) {
+  EXPECT_EQ(parse_bool_list("both", "--causal"), std::vector<bool>({false, true}));
+  EXPECT_EQ(parse_bool_list("true", "--causal"), std::vector<bool>({true}));
+  EXPECT_EQ(usage_message([] { parse_bool_list("maybe", "--causal"); }),
+            "--causal: 'maybe' is not true, false or both");
+  EXPECT_EQ(parse_variant_list("all", "--variant").size(), 4u);
+  EXPECT_EQ(parse_variant_list("v2,standard", "--variant"), std::vector<Variant>({Variant::v2, Variant::standard}));
+  EXPECT_EQ(usage_message([] { parse_variant_list("v2,v2", "--variant"); }), "--variant: 'v2' is listed twice");
+  EXPECT_NE(usage_message([] { parse_variant_list("v3", "--variant"); }).find("--variant: unknown variant 'v3'"),
+            std::string::npos);
+}
+
+TEST(Expand, CartesianProductWithSeqInnermost) {
+  SweepSpec spec;
+  spec.seq = {128, 256, 512};
+  spec.heads = {1, 2};
+  spec.causal = {false, true};
+  const std::vector<Problem> problems = expand(spec);
+  ASSERT_EQ(problems.size(), 12u);
+  EXPECT_EQ(problems[0].seq, 128);
+  EXPECT_EQ(problems[1].seq, 256);
+  EXPECT_EQ(problems[2].seq, 512);
+  EXPECT_EQ(problems[3].heads, 2);
+  EXPECT_FALSE(problems[5].causal);
+  EXPECT_TRUE(problems[6].causal);
+}
+
+TEST(Expand, ValidatesEachProblem) {
+  SweepSpec spec;
+  spec.head_dim = {64, 512};
+  EXPECT_THROW(expand(spec), UsageError);
+}
+
+TEST(SweepFile, ParsesAxesRangesAndSampling) {
+  const SweepSpec spec = parse_sweep_json(R"({
+      "description": "d", "seq": "256:1024:x2", "heads": [2, 4], "head_dim": 64, "batch": [1],
+      "layers": ["1,2"], "causal": [false, true], "dtype": "fp32", "variants": ["v2", "standard"],
+      "backend": "cpu", "threads": 2,
+      "sampling": {"warmup": 2, "warmup_ms": 5, "min_samples": 6, "max_samples": 50, "max_noise": 0.03, "max_time_s": 1.5}})",
+                                          "test.json");
+  EXPECT_EQ(spec.seq, Values({256, 512, 1024}));
+  EXPECT_EQ(spec.heads, Values({2, 4}));
+  EXPECT_EQ(spec.layers, Values({1, 2}));
+  EXPECT_EQ(spec.causal, std::vector<bool>({false, true}));
+  EXPECT_EQ(spec.variants, std::vector<Variant>({Variant::v2, Variant::standard}));
+  EXPECT_EQ(spec.threads, 2);
+  EXPECT_EQ(spec.sampling.warmup, 2);
+  EXPECT_DOUBLE_EQ(spec.sampling.warmup_ms, 5);
+  EXPECT_EQ(spec.sampling.min_samples, 6);
+  EXPECT_EQ(spec.sampling.max_samples, 50);
+  EXPECT_DOUBLE_EQ(spec.sampling.max_noise, 0.03);
+  EXPECT_DOUBLE_EQ(spec.sampling.max_time_s, 1.5);
+  EXPECT_EQ(expand(spec).size(), 3u * 2 * 2 * 2);
+}
+
+TEST(SweepFile, ErrorsNameTheFileAndTheKey) {
+  EXPECT_EQ(usage_message([] { parse_sweep_json(R"({"sequence": 4})", "f.json"); }), "f.json: unknown key 'sequence'");
+  EXPECT_EQ(usage_message([] { parse_sweep_json(R"({"seq": "0,4"})", "f.json"); }), "f.json: seq: '0' must be positive");
+  EXPECT_EQ(usage_message([] { parse_sweep_json(R"({"sampling": {"noise": 1}})", "f.json"); }),
+            "f.json: unknown key 'sampling.noise'");
+  EXPECT_NE(usage_message([] { parse_sweep_json("{", "f.json"); }).find("f.json: not valid JSON"), std::string::npos);
+  EXPECT_EQ(usage_message([] { load_sweep_file("/nonexistent/x.json"); }), "--config: cannot read '/nonexistent/x.json'");
+}
+
+TEST(SweepFile, FlagsOverrideTheFile) {
+  const auto path = std::filesystem::temp_directory_path() / "flashbench-sweep-test.json";
+  std::ofstream(path) << R"({"seq": [128, 256], "heads": 4, "sampling": {"max_time_s": 3, "min_samples": 7}})";
+  SweepOverrides overrides;
+  overrides.seq = "64";
+  overrides.max_time_s = 0.5;
+  const SweepSpec spec = resolve_sweep(path.string(), overrides);
+  std::filesystem::remove(path);
+  EXPECT_EQ(spec.seq, Values({64}));
+  EXPECT_EQ(spec.heads, Values({4}));  // from the file
+  EXPECT_DOUBLE_EQ(spec.sampling.max_time_s, 0.5);
+  EXPECT_EQ(spec.sampling.min_samples, 7);
+  overrides.min_samples = 2;
+  EXPECT_THROW(resolve_sweep(std::nullopt, overrides), UsageError);
+}
+
+// The shipped sweep files parse, and their products are valid problems.
+TEST(SweepFile, ShippedConfigsLoad) {
+  for (const char* name : {"quick", "seed-002", "scaling", "long-context"}) {
+    const SweepSpec spec = load_sweep_file(std::string(FLASHBENCH_SOURCE_DIR) + "/configs/" + name + ".json");
+    EXPECT_FALSE(expand(spec).empty()) << name;
+    EXPECT_NO_THROW(validate(spec.sampling)) << name;
+  }
+  const SweepSpec scaling = load_sweep_file(std::string(FLASHBENCH_SOURCE_DIR) + "/configs/scaling.json");
+  EXPECT_EQ(scaling.seq.front(), 256);
+  EXPECT_EQ(scaling.seq.back(), 16384);
+}
+
+}  // namespace
+}  // namespace flashbench
