@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string_view>
 #include <utility>
 
@@ -65,15 +66,24 @@ class MemoryLedger {
 };
 
 // Host memory through the ledger: 64-byte aligned (one cache line, one AVX-512 vector).
+// Freed blocks are cached by size and handed out again: a benchmark repeats the same sequence of
+// allocations every sample, and fresh pages would add page-fault and zeroing time to each one (what a
+// framework's caching allocator avoids). The ledger counts only live bytes; the cache is returned to
+// the system when the allocator is destroyed.
 class HostAllocator {
  public:
   explicit HostAllocator(MemoryLedger& ledger) : ledger_(&ledger) {}
+  HostAllocator(const HostAllocator&) = delete;
+  HostAllocator& operator=(const HostAllocator&) = delete;
+  ~HostAllocator();
   void* allocate(Tag tag, int64_t bytes);  // throws OutOfMemory
   void release(void* pointer, Tag tag, int64_t bytes) noexcept;
   MemoryLedger& ledger() const { return *ledger_; }
+  int64_t cached_bytes() const;  // freed but not yet returned to the system [bytes]
 
  private:
   MemoryLedger* ledger_;
+  std::multimap<int64_t, void*> cache_;  // rounded size [bytes] -> free block
 };
 
 // An owning, tagged, move-only host array of T.

@@ -1,5 +1,6 @@
 #include "flashbench/memory.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -54,21 +55,50 @@ void MemoryLedger::reset_peaks() {
   peak_phase_ = phase_;
 }
 
+namespace {
+constexpr int64_t kAlignment = 64;
+int64_t rounded_size(int64_t bytes) { return std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment); }
+}  // namespace
+
+HostAllocator::~HostAllocator() {
+  for (auto& [size, pointer] : cache_) std::free(pointer);
+}
+
+int64_t HostAllocator::cached_bytes() const {
+  int64_t total = 0;
+  for (const auto& [size, pointer] : cache_) total += size;
+  return total;
+}
+
 void* HostAllocator::allocate(Tag tag, int64_t bytes) {
   if (bytes < 0) throw RuntimeFailure(fmt::format("negative allocation of {} bytes", bytes));
   if (ledger_->would_exceed_limit(bytes))
     throw OutOfMemory(fmt::format("{} bytes for '{}' exceed the memory limit of {} bytes", bytes,
                                   to_string(tag), ledger_->limit_bytes()));
-  constexpr std::size_t kAlignment = 64;
-  const std::size_t rounded = (static_cast<std::size_t>(bytes) + kAlignment - 1) / kAlignment * kAlignment;
-  void* pointer = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (!pointer) throw OutOfMemory(fmt::format("the system refused {} bytes for '{}'", bytes, to_string(tag)));
+  const int64_t size = rounded_size(bytes);
+  void* pointer = nullptr;
+  if (auto cached = cache_.find(size); cached != cache_.end()) {
+    pointer = cached->second;
+    cache_.erase(cached);
+  } else {
+    pointer = std::aligned_alloc(kAlignment, static_cast<std::size_t>(size));
+    if (!pointer && !cache_.empty()) {  // give the cache back to the system and try once more
+      for (auto& [cached_size, block] : cache_) std::free(block);
+      cache_.clear();
+      pointer = std::aligned_alloc(kAlignment, static_cast<std::size_t>(size));
+    }
+    if (!pointer) throw OutOfMemory(fmt::format("the system refused {} bytes for '{}'", bytes, to_string(tag)));
+  }
   ledger_->record_allocation(tag, bytes);
   return pointer;
 }
 
 void HostAllocator::release(void* pointer, Tag tag, int64_t bytes) noexcept {
-  std::free(pointer);
+  try {
+    cache_.emplace(rounded_size(bytes), pointer);
+  } catch (...) {
+    std::free(pointer);
+  }
   ledger_->record_release(tag, bytes);
 }
 

@@ -1,0 +1,21 @@
+#pragma once
+// NumPy .npy files (format 1.0-3.0): read float32/float64 C-order arrays, write float32.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flashbench {
+
+struct NpyArray {
+  std::vector<int64_t> shape;
+  std::vector<float> data;  // converted to float32, C order
+};
+
+// Throws UsageError naming the file when it is missing, not a .npy file, Fortran-ordered, or of a
+// dtype other than little-endian float32/float64.
+NpyArray read_npy(const std::string& path);
+
+// The bytes of a float32 .npy file holding `data` with `shape`.
+std::string encode_npy(const std::vector<int64_t>& shape, const std::vector<float>& data);
+
+}  // namespace flashbench

@@ -1,0 +1,23 @@
+#pragma once
+// Subcommands of the flashbench executable. Each register_* adds its subcommand and options to the
+// app and stores what to run; run_selected runs the one the user chose and returns the exit code.
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace flashbench::cli {
+
+// A subcommand's action: receives argv (recorded in JSON meta) and returns the exit code.
+using Action = std::function<int(const std::vector<std::string>& argv)>;
+void set_action(CLI::App* subcommand, Action action);
+int run_selected(CLI::App& app, int argc, char** argv);
+
+void register_run(CLI::App& app);
+void register_grad(CLI::App& app);
+void register_info(CLI::App& app);
+void register_model(CLI::App& app);  // model.cpp
+void register_fit(CLI::App& app);    // fit.cpp
+
+}  // namespace flashbench::cli

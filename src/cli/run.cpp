@@ -1,0 +1,189 @@
+// flashbench run: one configuration or a sweep; every variant timed (forward and backward apart),
+// its memory measured per tag beside the analytic model, its outputs checked against `standard`.
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "cli/commands.hpp"
+#include "flashbench/backend.hpp"
+#include "flashbench/errors.hpp"
+#include "flashbench/model.hpp"
+#include "flashbench/os_memory.hpp"
+#include "flashbench/report.hpp"
+#include "flashbench/sweep.hpp"
+#include "flashbench/units.hpp"
+
+namespace flashbench::cli {
+
+namespace {
+
+struct RunFlags {
+  std::optional<std::string> config;
+  SweepOverrides sweep;
+  std::string format = "table";
+  std::optional<std::string> out;
+  std::optional<std::string> mem_limit;
+  uint64_t seed = RunOptions{}.seed;
+  bool no_check = false;
+  bool cold = false;
+};
+
+// Where the report goes: stdout, or a file written atomically at the end (jsonl streams into the
+// file instead, so an interrupted sweep keeps the rows it finished).
+class Destination {
+ public:
+  Destination(const std::optional<std::string>& path, std::string_view format) : path_(path) {
+    if (path_ && format == "jsonl") {
+      file_.open(*path_, std::ios::trunc);
+      if (!file_) throw RuntimeFailure(fmt::format("cannot write '{}'", *path_));
+    }
+  }
+  std::ostream& stream() {
+    if (!path_) return std::cout;
+    return file_.is_open() ? static_cast<std::ostream&>(file_) : buffer_;
+  }
+  bool terminal() const { return !path_ && isatty(STDOUT_FILENO); }
+  void commit() {
+    if (path_ && !file_.is_open()) write_file_atomically(*path_, buffer_.str());
+  }
+
+ private:
+  std::optional<std::string> path_;
+  std::ofstream file_;
+  std::ostringstream buffer_;
+};
+
+std::string format_eta(double seconds) {
+  if (seconds < 60) return fmt::format("{:.0f}s", seconds);
+  return fmt::format("{:.0f}m{:02.0f}s", std::floor(seconds / 60), std::fmod(seconds, 60.0));
+}
+
+int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
+  const SweepSpec spec = resolve_sweep(flags.config, flags.sweep);
+  const std::vector<Problem> problems = expand(spec);
+  std::unique_ptr<Backend> backend;
+  if (spec.backend == "cpu") backend = make_cpu_backend();
+  else if (spec.backend == "cuda") backend = make_cuda_backend();
+  else throw UsageError(fmt::format("unknown backend '{}' (expected cpu or cuda)", spec.backend));
+
+  RunOptions options;
+  options.sampling = spec.sampling;
+  options.threads = spec.threads;
+  options.seed = flags.seed;
+  options.check = !flags.no_check;
+  options.cold = flags.cold;
+  if (options.threads > 0) omp_set_num_threads(options.threads);
+  const int threads = omp_get_max_threads();
+
+  // A configuration whose modelled peak does not fit is skipped, not attempted: an attempt could be
+  // killed by the system before any allocation fails. On the CPU the limit is the memory available
+  // now (or --mem-limit); the ledger enforces the same limit on every allocation.
+  std::optional<int64_t> limit;
+  if (flags.mem_limit) limit = parse_bytes(*flags.mem_limit);
+  if (!limit && spec.backend == "cpu") limit = available_memory_bytes();
+  if (limit) options.mem_limit_bytes = *limit;
+
+  Destination destination(flags.out, flags.format);
+  std::unique_ptr<Reporter> reporter = make_reporter(flags.format, destination.stream(), destination.terminal());
+  reporter->begin(make_meta(argv));
+
+  const bool progress = isatty(STDERR_FILENO) && problems.size() > 1;
+  const auto start = std::chrono::steady_clock::now();
+  bool any_failed = false;
+  for (size_t index = 0; index < problems.size(); ++index) {
+    const Problem& problem = problems[index];
+    if (progress) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const std::string eta = index == 0 ? "" : " ETA " + format_eta(elapsed / index * (problems.size() - index));
+      fmt::print(stderr, "\r\033[K[{}/{}] {}{}", index + 1, problems.size(), problem.describe(), eta);
+    }
+    std::vector<Row> rows;
+    std::vector<Variant> runnable;
+    for (Variant variant : spec.variants) {
+      std::optional<ModelledMemory> model;
+      if (spec.backend == "cpu") model = model_memory(BackendKind::cpu, problem, variant, cpu::Tiling{}, threads);
+      if (model && limit)
+        if (auto reason = does_not_fit(model->peak_bytes, *limit)) {
+          Row skipped;
+          skipped.backend = spec.backend;
+          skipped.variant = variant;
+          skipped.problem = problem;
+          skipped.status = Status::skipped;
+          skipped.reason = *reason;
+          skipped.model = model;
+          skipped.threads = threads;
+          rows.push_back(std::move(skipped));
+          continue;
+        }
+      runnable.push_back(variant);
+    }
+    for (Row& row : backend->run(problem, runnable, options)) {
+      if (spec.backend == "cpu") row.model = model_memory(BackendKind::cpu, problem, row.variant, cpu::Tiling{}, threads);
+      rows.push_back(std::move(row));
+    }
+    // Report in the order the variants were asked for.
+    for (Variant variant : spec.variants)
+      for (const Row& row : rows)
+        if (row.variant == variant) {
+          any_failed |= row.status == Status::failed;
+          reporter->add(row);
+        }
+  }
+  if (progress) fmt::print(stderr, "\r\033[K");
+  reporter->finish();
+  destination.commit();
+  return any_failed ? 1 : 0;
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* sub = app.add_subcommand("run", "Time and profile the variants on one configuration or a sweep");
+  sub->footer(
+      "Lists and ranges: --seq 1024,2048 or --seq 512:8192:x2 (geometric) or --head-dim 64:128:+32.\n"
+      "Example: flashbench run --seq 4096 --heads 8 --head-dim 64 --causal --format json --out result.json");
+  auto optional_string = [sub](const std::string& name, std::optional<std::string>& target, const std::string& help) {
+    sub->add_option_function<std::string>(name, [&target](const std::string& value) { target = value; }, help);
+  };
+  optional_string("--config", flags->config, "JSON sweep file (see configs/); flags given here override it");
+  optional_string("--seq,-n", flags->sweep.seq, "Sequence length N: list or range (default 1024)");
+  optional_string("--heads", flags->sweep.heads, "Heads H (default 8)");
+  optional_string("--head-dim,-d", flags->sweep.head_dim, "Head dim d, 1..256 (default 64)");
+  optional_string("--batch,-b", flags->sweep.batch, "Batch B (default 1)");
+  optional_string("--layers,-l", flags->sweep.layers, "Layers L of the chained stack (default 1)");
+  sub->add_flag_function("--causal", [flags](int64_t) { flags->sweep.causal = "true"; }, "Apply the causal mask");
+  optional_string("--mask", flags->sweep.causal, "Causal mask per configuration: true, false or both");
+  optional_string("--variant,--variants", flags->sweep.variants, "standard, v1, v2, checkpoint: list or all (default all)");
+  optional_string("--dtype", flags->sweep.dtype, "Storage dtype: fp32 (CPU), bf16, fp16 (CUDA)");
+  optional_string("--backend,--device", flags->sweep.backend, "cpu or cuda (default cpu)");
+  sub->add_option_function<int>("--threads", [flags](int value) {
+    if (value < 1) throw UsageError(fmt::format("--threads must be at least 1 (got {})", value));
+    flags->sweep.threads = value;
+  }, "OpenMP threads (default: all cores)");
+  sub->add_option_function<int>("--warmup", [flags](int v) { flags->sweep.warmup = v; }, "Untimed runs first (default 1)");
+  sub->add_option_function<double>("--warmup-time", [flags](double v) { flags->sweep.warmup_ms = v; },
+                                   "... and at least this many ms of them");
+  sub->add_option_function<int>("--min-samples", [flags](int v) { flags->sweep.min_samples = v; }, "At least this many timed samples (>= 5)");
+  sub->add_option_function<int>("--max-samples", [flags](int v) { flags->sweep.max_samples = v; }, "At most this many");
+  sub->add_option_function<double>("--max-noise", [flags](double v) { flags->sweep.max_noise = v; },
+                                   "Stop once the median's relative noise is below this (default 0.02)");
+  sub->add_option_function<double>("--max-time", [flags](double v) { flags->sweep.max_time_s = v; },
+                                   "Or once this many seconds went into samples of one configuration (default 10)");
+  sub->add_option("--format,-f", flags->format, std::string("Output format: ") + std::string(kReportFormats))
+      ->capture_default_str();
+  optional_string("--out,-o", flags->out, "Write the report to this file (atomically)");
+  optional_string("--mem-limit", flags->mem_limit, "Memory budget, e.g. 8GiB (default: MemAvailable on CPU)");
+  sub->add_option("--seed", flags->seed, "Seed of the random inputs")->capture_default_str();
+  sub->add_flag("--no-check", flags->no_check, "Skip comparing outputs and gradients with standard");
+  sub->add_flag("--cold", flags->cold, "Flush caches between samples (CUDA: the L2)");
+  set_action(sub, [flags](const std::vector<std::string>& argv) { return run_sweep(*flags, argv); });
+}
+
+}  // namespace flashbench::cli

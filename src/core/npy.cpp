@@ -1,0 +1,113 @@
+#include "flashbench/npy.hpp"
+
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "flashbench/errors.hpp"
+
+namespace flashbench {
+
+namespace {
+constexpr char kMagic[] = "\x93NUMPY";
+constexpr size_t kMagicLength = 6;
+}  // namespace
+
+NpyArray read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(fmt::format("cannot open '{}'", path));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto malformed = [&](std::string_view why) {
+    return UsageError(fmt::format("'{}' is not a valid .npy file: {}", path, why));
+  };
+  if (bytes.size() < 10 || bytes.compare(0, kMagicLength, kMagic, kMagicLength) != 0)
+    throw malformed("missing the \\x93NUMPY magic");
+  const int major = static_cast<unsigned char>(bytes[6]);
+  size_t header_length = 0, header_start = 0;
+  if (major == 1) {
+    header_length = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+    header_start = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) throw malformed("truncated header");
+    uint32_t length = 0;
+    std::memcpy(&length, bytes.data() + 8, 4);
+    header_length = length;
+    header_start = 12;
+  } else {
+    throw malformed(fmt::format("unsupported format version {}", major));
+  }
+  if (header_start + header_length > bytes.size()) throw malformed("truncated header");
+  const std::string header = bytes.substr(header_start, header_length);
+
+  std::smatch match;
+  if (!std::regex_search(header, match, std::regex(R"('descr'\s*:\s*'([^']*)')")))
+    throw malformed("no 'descr' in the header");
+  const std::string descr = match[1];
+  int element_size = 0;
+  if (descr == "<f4" || descr == "=f4" || descr == "|f4") element_size = 4;
+  else if (descr == "<f8" || descr == "=f8" || descr == "|f8") element_size = 8;
+  else throw malformed(fmt::format("dtype '{}' is not little-endian float32 or float64", descr));
+  if (!std::regex_search(header, match, std::regex(R"('fortran_order'\s*:\s*(True|False))")))
+    throw malformed("no 'fortran_order' in the header");
+  if (match[1] == "True") throw malformed("Fortran-ordered arrays are not supported (use np.ascontiguousarray)");
+  if (!std::regex_search(header, match, std::regex(R"('shape'\s*:\s*\(([^)]*)\))")))
+    throw malformed("no 'shape' in the header");
+
+  NpyArray array;
+  std::stringstream dims(match[1].str());
+  std::string item;
+  int64_t count = 1;
+  while (std::getline(dims, item, ',')) {
+    if (item.find_first_not_of(" ") == std::string::npos) continue;
+    int64_t extent = 0;
+    try {
+      extent = std::stoll(item);
+    } catch (const std::exception&) {
+      throw malformed(fmt::format("bad shape entry '{}'", item));
+    }
+    if (extent < 0) throw malformed("negative extent in the shape");
+    array.shape.push_back(extent);
+    count *= extent;
+  }
+  const size_t data_start = header_start + header_length;
+  if (bytes.size() - data_start != static_cast<size_t>(count) * element_size)
+    throw malformed(fmt::format("expected {} bytes of data, found {}", count * element_size,
+                                bytes.size() - data_start));
+  array.data.resize(count);
+  const char* data = bytes.data() + data_start;
+  for (int64_t i = 0; i < count; ++i) {
+    if (element_size == 4) {
+      std::memcpy(&array.data[i], data + i * 4, 4);
+    } else {
+      double value;
+      std::memcpy(&value, data + i * 8, 8);
+      array.data[i] = static_cast<float>(value);
+    }
+  }
+  return array;
+}
+
+std::string encode_npy(const std::vector<int64_t>& shape, const std::vector<float>& data) {
+  std::string dims;
+  for (int64_t extent : shape) dims += fmt::format("{}, ", extent);
+  if (shape.size() > 1) dims.resize(dims.size() - 1);  // "(3,)" for one axis, "(2, 3)" for more
+  if (shape.size() > 1) dims.pop_back();
+  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), }}", dims);
+  // Pad with spaces so that the data starts on a 64-byte boundary; the header ends with '\n'.
+  const size_t unpadded = kMagicLength + 4 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header.push_back('\n');
+  std::string out(kMagic, kMagicLength);
+  out.push_back('\x01');
+  out.push_back('\x00');
+  out.push_back(static_cast<char>(header.size() & 0xff));
+  out.push_back(static_cast<char>(header.size() >> 8));
+  out += header;
+  out.append(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
+  return out;
+}
+
+}  // namespace flashbench

@@ -1,0 +1,196 @@
+// The CPU backend: runs each variant's layer stack on the same random inputs, times forward and
+// backward separately, records tagged memory and compares every variant's outputs with `standard`.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <new>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "flashbench/backend.hpp"
+#include "flashbench/cpu/stack.hpp"
+#include "flashbench/errors.hpp"
+#include "flashbench/os_memory.hpp"
+
+namespace flashbench {
+namespace {
+
+// Outputs of one stack pass that other variants are compared with.
+struct Reference {
+  Variant variant;
+  std::vector<float> output;      // X_L
+  std::vector<float> input_grad;  // dX_0
+};
+
+// max |x − ref| / max |ref|: the error relative to the scale of the reference tensor.
+double relative_error(const std::vector<float>& x, const std::vector<float>& ref) {
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double diff = std::fabs(double(x[i]) - double(ref[i]));
+    max_diff = std::isnan(diff) ? INFINITY : std::max(max_diff, diff);
+    max_ref = std::max(max_ref, std::fabs(double(ref[i])));
+  }
+  return max_ref > 0 ? max_diff / max_ref : max_diff;
+}
+
+// fp32 kernels differ from each other only by summation order; this bound is loose enough for
+// N up to 1M and tight enough to catch a wrong mask, a wrong D or a missing rescale.
+constexpr double kFp32Tolerance = 1e-4;
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+
+  std::vector<Row> run(const Problem& problem, std::span<const Variant> variants,
+                       const RunOptions& options) override {
+    validate(problem);
+    if (problem.dtype != Dtype::fp32)
+      throw UsageError(fmt::format("the CPU backend stores {} tensors only as fp32 for now", to_string(problem.dtype)));
+    if (options.threads > 0) omp_set_num_threads(options.threads);
+
+    // Fresh random inputs per problem, the same for every variant. Never zeros: a zero input hides
+    // wrong gradients.
+    std::mt19937_64 generator(options.seed ^ std::hash<std::string>{}(problem.describe()));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> X0(problem.qkv_elements()), dO(problem.qkv_elements());
+    for (float& x : X0) x = normal(generator);
+    for (float& x : dO) x = normal(generator);
+
+    // Run `standard` first so the others can be compared with it.
+    std::vector<Variant> order(variants.begin(), variants.end());
+    std::stable_partition(order.begin(), order.end(), [](Variant v) { return v == Variant::standard; });
+
+    std::optional<Reference> reference;
+    if (options.check && std::find(order.begin(), order.end(), Variant::standard) == order.end())
+      reference = standard_reference(problem, options, X0, dO);
+    std::vector<Row> rows;
+    for (Variant variant : order) {
+      Row row = run_variant(problem, variant, options, X0, dO, reference);
+      rows.push_back(std::move(row));
+    }
+    // Report in the order asked for.
+    std::vector<Row> ordered;
+    for (Variant v : variants)
+      for (Row& row : rows)
+        if (row.variant == v) ordered.push_back(std::move(row));
+    return ordered;
+  }
+
+ private:
+  // One untimed pass of `standard` on the same inputs, for runs that did not ask for it.
+  static std::optional<Reference> standard_reference(const Problem& problem, const RunOptions& options,
+                                                     const std::vector<float>& X0, const std::vector<float>& dO) {
+    MemoryLedger ledger(options.mem_limit_bytes > 0 ? options.mem_limit_bytes : MemoryLedger::kUnlimited);
+    try {
+      HostAllocator allocator(ledger);
+      HostBuffer<float> X0_buffer(allocator, Tag::input, problem.qkv_elements());
+      HostBuffer<float> dO_buffer(allocator, Tag::input, problem.qkv_elements());
+      std::copy(X0.begin(), X0.end(), X0_buffer.data());
+      std::copy(dO.begin(), dO.end(), dO_buffer.data());
+      cpu::StackPass pass = cpu::run_stack(Variant::standard, problem, cpu::Tiling{}, X0_buffer.data(),
+                                           dO_buffer.data(), allocator, true);
+      return Reference{Variant::standard, std::move(pass.output), std::move(pass.input_grad)};
+    } catch (const OutOfMemory&) {
+      return std::nullopt;
+    } catch (const std::bad_alloc&) {
+      return std::nullopt;
+    }
+  }
+
+  Row run_variant(const Problem& problem, Variant variant, const RunOptions& options, const std::vector<float>& X0,
+                  const std::vector<float>& dO, std::optional<Reference>& reference) {
+    Row row;
+    row.backend = "cpu";
+    row.variant = variant;
+    row.problem = problem;
+    row.threads = omp_get_max_threads();
+    const cpu::Tiling tiling;
+    MemoryLedger ledger(options.mem_limit_bytes > 0 ? options.mem_limit_bytes : MemoryLedger::kUnlimited);
+    try {
+      // The OS cross-check covers this variant alone: the resident set's high-water mark from here
+      // on, above what was resident before its first allocation.
+      const bool os_peak_reset = reset_peak_resident_bytes();
+      const std::optional<int64_t> resident_before = resident_bytes();
+      HostAllocator allocator(ledger);
+      HostBuffer<float> X0_buffer(allocator, Tag::input, problem.qkv_elements());
+      HostBuffer<float> dO_buffer(allocator, Tag::input, problem.qkv_elements());
+      std::copy(X0.begin(), X0.end(), X0_buffer.data());
+      std::copy(dO.begin(), dO.end(), dO_buffer.data());
+
+      std::vector<double> fwd_ms, bwd_ms;
+      const SamplingPolicy& policy = options.sampling;
+      int warmups_done = 0;
+      double warmup_ms = 0;
+      bool captured = false;
+      auto sample_start = std::chrono::steady_clock::now();
+      auto seconds_sampling = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - sample_start).count();
+      };
+      while (true) {
+        const bool warming_up = needs_more_warmup(policy, warmups_done, warmup_ms);
+        if (!warming_up && !needs_more_samples(policy, {&fwd_ms, &bwd_ms}, seconds_sampling())) break;
+        ledger.set_phase(Phase::fwd);
+        ledger.reset_peaks();
+        cpu::StackPass pass = cpu::run_stack(variant, problem, tiling, X0_buffer.data(), dO_buffer.data(),
+                                             allocator, !captured);
+        if (!captured) {
+          captured = true;
+          record_check(row, variant, options, std::move(pass.output), std::move(pass.input_grad), reference);
+        }
+        row.measured.kept_bytes = pass.kept_bytes;
+        if (warming_up) {
+          ++warmups_done;
+          warmup_ms += pass.fwd_ms + pass.bwd_ms;
+          if (!needs_more_warmup(policy, warmups_done, warmup_ms)) sample_start = std::chrono::steady_clock::now();
+          continue;
+        }
+        fwd_ms.push_back(pass.fwd_ms);
+        bwd_ms.push_back(pass.bwd_ms);
+      }
+      const std::optional<int64_t> resident_peak = peak_resident_bytes();
+      if (os_peak_reset && resident_before && resident_peak)
+        row.measured.os_peak_bytes = *resident_peak - *resident_before;
+      row.fwd = summarize(std::move(fwd_ms), policy.max_noise);
+      row.bwd = summarize(std::move(bwd_ms), policy.max_noise);
+      row.measured.peak_bytes = ledger.peak_bytes();
+      row.measured.peak_phase = ledger.peak_phase();
+      row.measured.by_tag = ledger.at_peak();
+      row.measured.high_water = ledger.high_water();
+      if (row.check && !row.check->passed()) {
+        row.status = Status::failed;
+        row.reason = fmt::format("outputs differ from {} by {:.2e} (tolerance {:.0e})", row.check->reference,
+                                 row.check->max_rel_err, row.check->tolerance);
+      }
+    } catch (const OutOfMemory& e) {
+      row.status = Status::oom;
+      row.reason = e.what();
+    } catch (const std::bad_alloc&) {
+      row.status = Status::oom;
+      row.reason = "the system refused an allocation";
+    }
+    return row;
+  }
+
+  static void record_check(Row& row, Variant variant, const RunOptions& options, std::vector<float> output,
+                           std::vector<float> input_grad, std::optional<Reference>& reference) {
+    if (!options.check) return;
+    if (!reference) {  // the first variant that runs (standard, when asked for) is the reference
+      reference = Reference{variant, std::move(output), std::move(input_grad)};
+      if (variant == Variant::standard) return;
+      row.check = Check{"none (standard did not run)", 0.0, kFp32Tolerance};
+      return;
+    }
+    const double error = std::max(relative_error(output, reference->output),
+                                  relative_error(input_grad, reference->input_grad));
+    row.check = Check{std::string(to_string(reference->variant)), error, kFp32Tolerance};
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace flashbench

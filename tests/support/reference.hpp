@@ -1,0 +1,39 @@
+#pragma once
+// An independent float64 reference for one attention layer and for the layer stack, written as
+// plain loops straight from seed 003's formulas. It shares no code with the kernels.
+#include <cstdint>
+#include <vector>
+
+namespace flashbench::testing {
+
+struct Shape {
+  int64_t BH, N, d;
+  bool causal;
+};
+
+struct LayerGrads {
+  std::vector<double> O, dQ, dK, dV;  // each [BH, N, d]
+};
+
+// Q, K, V, dO: [BH, N, d]. Returns O and the gradients of sum(O ∘ dO).
+LayerGrads reference_layer(const Shape& s, const std::vector<double>& Q, const std::vector<double>& K,
+                           const std::vector<double>& V, const std::vector<double>& dO);
+
+// Stack of L layers with Q = K = V = X_i; returns X_L and dX_0 for upstream gradient dO.
+struct StackGrads {
+  std::vector<double> output, input_grad;
+};
+StackGrads reference_stack(const Shape& s, int64_t L, const std::vector<double>& X0, const std::vector<double>& dO);
+
+// Only the forward output, for finite differences.
+std::vector<double> reference_output(const Shape& s, const std::vector<double>& Q, const std::vector<double>& K,
+                                     const std::vector<double>& V);
+
+// Norm-wise relative error ||x − ref||₂ / ||ref||₂.
+double normwise_error(const std::vector<float>& x, const std::vector<double>& ref);
+
+std::vector<float> to_float(const std::vector<double>& x);
+std::vector<double> to_double(const std::vector<float>& x);
+std::vector<float> random_normal(int64_t count, uint64_t seed, float stddev = 1.0f);
+
+}  // namespace flashbench::testing
