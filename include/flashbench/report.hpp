@@ -59,7 +59,9 @@ class Reporter {
 
 // format: "table" (aligned, human units; the best variant of each problem marked in colour when
 // `terminal`), "json" (one document, written at finish), "jsonl" (meta line, then one row per add,
-// flushed at once), "csv", "md". Throws UsageError on another name.
+// flushed at once), "csv", "md". Throws UsageError on another name. When some variant ran at two
+// N or more, table and md end with the sweep summary (summary.hpp), json gets a "summary" key and
+// jsonl a last {"summary": ...} line.
 std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& out, bool terminal);
 inline constexpr std::string_view kReportFormats = "table, json, jsonl, csv, md";
 

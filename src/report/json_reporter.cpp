@@ -1,6 +1,9 @@
-// JSON: the whole document {schema_version, meta, rows} written once, at finish.
+// JSON: the whole document {schema_version, meta, rows} written once, at finish, with the sweep's
+// "summary" (scaling exponents, crossover) when some variant ran at two N or more.
 #include <ostream>
+#include <vector>
 
+#include "flashbench/summary.hpp"
 #include "reporters.hpp"
 
 namespace flashbench::report_detail {
@@ -16,8 +19,13 @@ class JsonReporter final : public Reporter {
     document_["meta"] = meta;
     document_["rows"] = nlohmann::ordered_json::array();
   }
-  void add(const Row& row) override { document_["rows"].push_back(row_to_json(row)); }
+  void add(const Row& row) override {
+    document_["rows"].push_back(row_to_json(row));
+    rows_.push_back(row);
+  }
   void finish() override {
+    const SweepSummary summary = summarize_sweep(rows_);
+    if (summary.has_scaling()) document_["summary"] = summary.to_json();
     out_ << document_.dump(2) << "\n";
     out_.flush();
   }
@@ -25,6 +33,7 @@ class JsonReporter final : public Reporter {
  private:
   std::ostream& out_;
   nlohmann::ordered_json document_;
+  std::vector<Row> rows_;
 };
 
 }  // namespace

@@ -1,7 +1,10 @@
 // JSON Lines: a first line {schema_version, meta}, then one row per line, each flushed as soon as
-// its configuration finishes, so an interrupted sweep keeps everything it measured.
+// its configuration finishes, so an interrupted sweep keeps everything it measured; a last line
+// {"summary": ...} when the sweep has something to fit.
 #include <ostream>
+#include <vector>
 
+#include "flashbench/summary.hpp"
 #include "reporters.hpp"
 
 namespace flashbench::report_detail {
@@ -18,11 +21,23 @@ class JsonLinesReporter final : public Reporter {
     header["meta"] = meta;
     out_ << header.dump() << std::endl;
   }
-  void add(const Row& row) override { out_ << row_to_json(row).dump() << std::endl; }
-  void finish() override { out_.flush(); }
+  void add(const Row& row) override {
+    out_ << row_to_json(row).dump() << std::endl;
+    rows_.push_back(row);
+  }
+  void finish() override {
+    const SweepSummary summary = summarize_sweep(rows_);
+    if (summary.has_scaling()) {
+      nlohmann::ordered_json line;
+      line["summary"] = summary.to_json();
+      out_ << line.dump() << std::endl;
+    }
+    out_.flush();
+  }
 
  private:
   std::ostream& out_;
+  std::vector<Row> rows_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Markdown: one heading and one pipe table per problem, for pasting into issues and READMEs.
 #include <ostream>
 
+#include "flashbench/summary.hpp"
 #include "reporters.hpp"
 
 namespace flashbench::report_detail {
@@ -24,6 +25,12 @@ class MarkdownReporter final : public GroupingReporter {
     for (const auto& cells : table.cells) write_line(cells);
     if (!table.notes.empty()) out_ << "\n";
     for (const std::string& note : table.notes) out_ << "- warning: " << note << "\n";
+    out_.flush();
+  }
+
+  void write_end(const std::vector<Row>& all_rows) override {
+    const SweepSummary summary = summarize_sweep(all_rows);
+    if (summary.has_scaling()) out_ << "\n### Summary\n\n```\n" << summary.table() << "```\n";
     out_.flush();
   }
 

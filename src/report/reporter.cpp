@@ -208,11 +208,12 @@ GroupTable tabulate_group(const std::vector<Row>& rows) {
 void GroupingReporter::add(const Row& row) {
   if (!group_.empty() && !same_group(group_.front(), row)) flush_group();
   group_.push_back(row);
+  all_.push_back(row);
 }
 
 void GroupingReporter::finish() {
   flush_group();
-  write_end();
+  write_end(all_);
 }
 
 void GroupingReporter::flush_group() {

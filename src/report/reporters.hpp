@@ -31,7 +31,8 @@ GroupTable tabulate_group(const std::vector<Row>& rows);
 // "flashbench 0.1.0 (abc123), <cpu>, 16 threads" from make_meta()'s object; keys may be missing.
 std::string describe_meta(const nlohmann::ordered_json& meta);
 
-// Buffers consecutive rows of one (backend, problem) and hands each complete group to write_group.
+// Buffers consecutive rows of one (backend, problem) and hands each complete group to write_group;
+// at finish, hands over every row for the sweep summary.
 class GroupingReporter : public Reporter {
  public:
   void add(const Row& row) override;
@@ -39,11 +40,12 @@ class GroupingReporter : public Reporter {
 
  protected:
   virtual void write_group(const std::vector<Row>& rows) = 0;
-  virtual void write_end() {}
+  virtual void write_end(const std::vector<Row>& all_rows) = 0;
 
  private:
   void flush_group();
   std::vector<Row> group_;
+  std::vector<Row> all_;
 };
 
 }  // namespace flashbench::report_detail

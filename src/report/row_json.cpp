@@ -241,7 +241,7 @@ ResultsFile read_results_file(const std::string& path) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       const json record = json::parse(line);
       if (record.contains("meta")) file.meta = record.at("meta");
-      else file.rows.push_back(row_from_json(record));
+      else if (!record.contains("summary")) file.rows.push_back(row_from_json(record));
     }
   } catch (const json::exception& error) {
     throw UsageError(fmt::format("'{}' is not a flashbench results file: {}", path, error.what()));

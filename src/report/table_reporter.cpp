@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "flashbench/summary.hpp"
 #include "reporters.hpp"
 
 namespace flashbench::report_detail {
@@ -47,6 +48,13 @@ class TableReporter final : public GroupingReporter {
       if (terminal_) out_ << kResetColour;
       out_ << "\n";
     }
+    out_.flush();
+  }
+
+  // After a sweep over N: exponents, crossover, bwd/fwd against seed 002's rule.
+  void write_end(const std::vector<Row>& all_rows) override {
+    const SweepSummary summary = summarize_sweep(all_rows);
+    if (summary.has_scaling()) out_ << "\n" << summary.table();
     out_.flush();
   }
 

@@ -1,0 +1,70 @@
+#pragma once
+// What a sweep over N says, beyond its rows: per variant the fitted exponent k of time ~ N^k and of
+// peak memory ~ N^k (least squares on log-log), where v2 starts to beat standard, and bwd/fwd
+// against seed 002's rule of thumb (1.5-2x is normal for v2, over 3x means too much recompute).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "flashbench/result.hpp"
+
+namespace flashbench {
+
+// Seed 002's bwd/fwd rule of thumb.
+inline constexpr double kBwdFwdNormalLow = 1.5;
+inline constexpr double kBwdFwdNormalHigh = 2.0;
+inline constexpr double kBwdFwdTooHigh = 3.0;
+// "below 1.5x", "normal (1.5-2x)", "above normal (2-3x)", "too high (> 3x): recompute overhead"
+std::string bwd_fwd_verdict(double bwd_over_fwd);
+
+// y ≈ a + slope·x by least squares. r2 is the coefficient of determination (1 when exact).
+struct LineFit {
+  double slope = 0, intercept = 0, r2 = 0;
+};
+// Needs two distinct x values at least; throws std::invalid_argument otherwise.
+LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y);
+
+// One variant on one backend, all axes but N fixed: how it scales with N.
+struct ScalingSeries {
+  std::string backend;
+  Variant variant = Variant::standard;
+  Problem shape;                     // seq is meaningless here
+  std::vector<int64_t> seq;          // the ok rows' N, ascending
+  std::optional<LineFit> time;       // log(fwd+bwd median) vs log N
+  std::optional<LineFit> fwd, bwd;   // each phase on its own
+  std::optional<LineFit> peak;       // log(measured peak bytes) vs log N
+  std::optional<LineFit> model_peak; // the model's, when every row has one
+  double bwd_over_fwd_median = 0, bwd_over_fwd_max = 0;
+};
+
+// Where v2 becomes faster than standard (fwd + bwd medians) along N, for one backend and shape.
+struct Crossover {
+  std::string backend;
+  Problem shape;
+  std::vector<int64_t> seq;     // N where both ran ok
+  std::vector<double> ratio;    // v2 time / standard time at each N
+  // The smallest measured N from which v2 is faster at every larger measured N; empty when v2 is
+  // not faster at the largest N.
+  std::optional<int64_t> faster_from;
+  // log-log interpolation of ratio = 1 between the last slower and the first faster N.
+  std::optional<double> interpolated_seq;
+};
+
+struct SweepSummary {
+  std::vector<ScalingSeries> series;
+  std::vector<Crossover> crossovers;
+
+  // True when some series has at least two N (otherwise there is nothing to fit).
+  bool has_scaling() const;
+  std::string table() const;  // aligned text for people
+  nlohmann::ordered_json to_json() const;
+};
+
+SweepSummary summarize_sweep(const std::vector<Row>& rows);
+
+// "B=1 H=8 d=64 L=1 fp32" (causal when so): a problem without its N.
+std::string describe_shape(const Problem& problem);
+
+}  // namespace flashbench

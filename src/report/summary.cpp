@@ -1,0 +1,269 @@
+// A sweep's summary: scaling exponents, the v2/standard crossover, bwd/fwd against seed 002's rule.
+#include "flashbench/summary.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+#include <fmt/format.h>
+
+namespace flashbench {
+
+namespace {
+
+// Series key: backend and every axis but N.
+using ShapeKey = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t, bool, int>;
+ShapeKey shape_key(const Row& row) {
+  const Problem& p = row.problem;
+  return {row.backend, p.batch, p.heads, p.head_dim, p.layers, p.causal, static_cast<int>(p.dtype)};
+}
+
+bool timed(const Row& row) { return row.status == Status::ok && row.fwd.median_ms > 0 && row.bwd.median_ms > 0; }
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Fits log(value) against log(N) over the points where value > 0; none with fewer than two N.
+std::optional<LineFit> log_log_fit(const std::vector<const Row*>& rows, double (*value)(const Row&)) {
+  std::vector<double> x, y;
+  for (const Row* row : rows) {
+    const double v = value(*row);
+    if (v <= 0) continue;
+    x.push_back(std::log(double(row->problem.seq)));
+    y.push_back(std::log(v));
+  }
+  if (x.size() < 2 || x.front() == x.back()) return std::nullopt;
+  return fit_line(x, y);
+}
+
+std::string exponent_text(const std::optional<LineFit>& fit) { return fit ? fmt::format("{:.2f}", fit->slope) : "-"; }
+
+nlohmann::ordered_json fit_json(const std::optional<LineFit>& fit) {
+  if (!fit) return nullptr;
+  nlohmann::ordered_json j;
+  j["exponent"] = fit->slope;
+  j["r2"] = fit->r2;
+  return j;
+}
+
+nlohmann::ordered_json shape_json(const Problem& p) {
+  nlohmann::ordered_json j;
+  j["batch"] = p.batch;
+  j["heads"] = p.heads;
+  j["head_dim"] = p.head_dim;
+  j["layers"] = p.layers;
+  j["causal"] = p.causal;
+  j["dtype"] = std::string(to_string(p.dtype));
+  return j;
+}
+
+// Columns two spaces apart, right-aligned where `right_aligned` says so.
+std::string aligned(const std::vector<std::vector<std::string>>& lines, const std::vector<bool>& right_aligned) {
+  std::vector<size_t> widths;
+  for (const auto& line : lines) {
+    widths.resize(std::max(widths.size(), line.size()));
+    for (size_t c = 0; c < line.size(); ++c) widths[c] = std::max(widths[c], line[c].size());
+  }
+  std::string text;
+  for (const auto& line : lines) {
+    std::string out;
+    for (size_t c = 0; c < line.size(); ++c) {
+      if (c > 0) out += "  ";
+      const bool last = c + 1 == line.size();
+      if (c < right_aligned.size() && right_aligned[c]) out += fmt::format("{:>{}}", line[c], widths[c]);
+      else if (last) out += line[c];
+      else out += fmt::format("{:<{}}", line[c], widths[c]);
+    }
+    text += out + "\n";
+  }
+  return text;
+}
+
+std::string seq_range(const std::vector<int64_t>& seq) {
+  if (seq.empty()) return "-";
+  return seq.size() == 1 ? fmt::format("{}", seq.front()) : fmt::format("{}..{}", seq.front(), seq.back());
+}
+
+}  // namespace
+
+std::string bwd_fwd_verdict(double bwd_over_fwd) {
+  if (bwd_over_fwd > kBwdFwdTooHigh) return "too high (> 3x): recompute overhead";
+  if (bwd_over_fwd > kBwdFwdNormalHigh) return "above normal (2-3x)";
+  if (bwd_over_fwd >= kBwdFwdNormalLow) return "normal (1.5-2x)";
+  return "below 1.5x";
+}
+
+LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
+  const size_t n = x.size();
+  if (n != y.size() || n < 2) throw std::invalid_argument("fit_line needs two points or more");
+  double mean_x = 0, mean_y = 0;
+  for (size_t i = 0; i < n; ++i) {
+    mean_x += x[i];
+    mean_y += y[i];
+  }
+  mean_x /= double(n);
+  mean_y /= double(n);
+  double sxx = 0, sxy = 0, syy = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sxx += (x[i] - mean_x) * (x[i] - mean_x);
+    sxy += (x[i] - mean_x) * (y[i] - mean_y);
+    syy += (y[i] - mean_y) * (y[i] - mean_y);
+  }
+  if (sxx == 0) throw std::invalid_argument("fit_line needs two distinct x values");
+  LineFit fit;
+  fit.slope = sxy / sxx;
+  fit.intercept = mean_y - fit.slope * mean_x;
+  fit.r2 = syy > 0 ? (sxy * sxy) / (sxx * syy) : 1.0;
+  return fit;
+}
+
+std::string describe_shape(const Problem& p) {
+  return fmt::format("B={} H={} d={} L={}{} {}", p.batch, p.heads, p.head_dim, p.layers, p.causal ? " causal" : "",
+                     to_string(p.dtype));
+}
+
+SweepSummary summarize_sweep(const std::vector<Row>& rows) {
+  SweepSummary summary;
+  // Series in order of first appearance, so the summary follows the sweep.
+  std::vector<std::pair<ShapeKey, Variant>> order;
+  std::map<std::pair<ShapeKey, Variant>, std::vector<const Row*>> groups;
+  for (const Row& row : rows) {
+    if (!timed(row)) continue;
+    const auto key = std::make_pair(shape_key(row), row.variant);
+    if (!groups.count(key)) order.push_back(key);
+    groups[key].push_back(&row);
+  }
+  for (const auto& key : order) {
+    std::vector<const Row*>& series_rows = groups[key];
+    std::stable_sort(series_rows.begin(), series_rows.end(),
+                     [](const Row* a, const Row* b) { return a->problem.seq < b->problem.seq; });
+    ScalingSeries series;
+    series.backend = series_rows.front()->backend;
+    series.variant = key.second;
+    series.shape = series_rows.front()->problem;
+    std::vector<double> ratios;
+    bool all_modelled = true;
+    for (const Row* row : series_rows) {
+      series.seq.push_back(row->problem.seq);
+      ratios.push_back(row->bwd.median_ms / row->fwd.median_ms);
+      all_modelled = all_modelled && row->model && row->model->peak_bytes > 0;
+    }
+    series.time = log_log_fit(series_rows, [](const Row& r) { return r.fwd.median_ms + r.bwd.median_ms; });
+    series.fwd = log_log_fit(series_rows, [](const Row& r) { return r.fwd.median_ms; });
+    series.bwd = log_log_fit(series_rows, [](const Row& r) { return r.bwd.median_ms; });
+    series.peak = log_log_fit(series_rows, [](const Row& r) { return double(r.measured.peak_bytes); });
+    if (all_modelled)
+      series.model_peak = log_log_fit(series_rows, [](const Row& r) { return double(r.model->peak_bytes); });
+    series.bwd_over_fwd_median = median_of(ratios);
+    series.bwd_over_fwd_max = *std::max_element(ratios.begin(), ratios.end());
+    summary.series.push_back(std::move(series));
+  }
+
+  // Crossovers: standard against v2 on the same backend and shape, at the N both ran.
+  std::vector<ShapeKey> shapes;
+  for (const auto& key : order)
+    if (std::find(shapes.begin(), shapes.end(), key.first) == shapes.end()) shapes.push_back(key.first);
+  for (const ShapeKey& shape : shapes) {
+    const auto standard = groups.find({shape, Variant::standard});
+    const auto v2 = groups.find({shape, Variant::v2});
+    if (standard == groups.end() || v2 == groups.end()) continue;
+    Crossover crossover;
+    crossover.backend = standard->second.front()->backend;
+    crossover.shape = standard->second.front()->problem;
+    for (const Row* s : standard->second)
+      for (const Row* f : v2->second)
+        if (f->problem.seq == s->problem.seq) {
+          crossover.seq.push_back(s->problem.seq);
+          crossover.ratio.push_back((f->fwd.median_ms + f->bwd.median_ms) / (s->fwd.median_ms + s->bwd.median_ms));
+          break;
+        }
+    if (crossover.seq.empty()) continue;
+    // Walk down from the largest N while v2 stays faster.
+    size_t first_faster = crossover.seq.size();
+    while (first_faster > 0 && crossover.ratio[first_faster - 1] < 1.0) --first_faster;
+    if (first_faster < crossover.seq.size()) {
+      crossover.faster_from = crossover.seq[first_faster];
+      if (first_faster > 0) {
+        const double x0 = std::log(double(crossover.seq[first_faster - 1]));
+        const double x1 = std::log(double(crossover.seq[first_faster]));
+        const double y0 = std::log(crossover.ratio[first_faster - 1]);
+        const double y1 = std::log(crossover.ratio[first_faster]);
+        crossover.interpolated_seq = std::exp(x0 + (0 - y0) * (x1 - x0) / (y1 - y0));
+      }
+    }
+    summary.crossovers.push_back(std::move(crossover));
+  }
+  return summary;
+}
+
+bool SweepSummary::has_scaling() const {
+  return std::any_of(series.begin(), series.end(), [](const ScalingSeries& s) { return s.seq.size() >= 2; });
+}
+
+std::string SweepSummary::table() const {
+  std::string text = "Scaling with N: exponent k of a least-squares fit of log(y) = k log(N) + c\n";
+  std::vector<std::vector<std::string>> lines = {
+      {"backend", "variant", "shape", "N", "time k", "fwd k", "bwd k", "peak k", "model k", "bwd/fwd", "max", "seed 002 rule (v2: 1.5-2x)"}};
+  for (const ScalingSeries& s : series) {
+    lines.push_back({s.backend, std::string(to_string(s.variant)), describe_shape(s.shape), seq_range(s.seq),
+                     exponent_text(s.time), exponent_text(s.fwd), exponent_text(s.bwd), exponent_text(s.peak),
+                     exponent_text(s.model_peak), fmt::format("{:.2f}x", s.bwd_over_fwd_median),
+                     fmt::format("{:.2f}x", s.bwd_over_fwd_max), bwd_fwd_verdict(s.bwd_over_fwd_max)});
+  }
+  text += aligned(lines, {false, false, false, true, true, true, true, true, true, true, true, false});
+  if (!crossovers.empty()) {
+    text += "\nv2 against standard (fwd + bwd time ratio; below 1 means v2 is faster)\n";
+    for (const Crossover& c : crossovers) {
+      std::string ratios;
+      for (size_t i = 0; i < c.seq.size(); ++i)
+        ratios += fmt::format("{}N={} {:.2f}", i ? ", " : "", c.seq[i], c.ratio[i]);
+      std::string verdict;
+      if (!c.faster_from) verdict = "v2 not faster at the largest N";
+      else if (c.faster_from == c.seq.front()) verdict = fmt::format("v2 faster at every N from {}", *c.faster_from);
+      else verdict = fmt::format("v2 faster from N = {} (crossover ~{:.0f})", *c.faster_from, *c.interpolated_seq);
+      text += fmt::format("{}: {}: {}; {}\n", c.backend, describe_shape(c.shape), verdict, ratios);
+    }
+  }
+  return text;
+}
+
+nlohmann::ordered_json SweepSummary::to_json() const {
+  nlohmann::ordered_json j;
+  j["scaling"] = nlohmann::ordered_json::array();
+  for (const ScalingSeries& s : series) {
+    nlohmann::ordered_json e;
+    e["backend"] = s.backend;
+    e["variant"] = std::string(to_string(s.variant));
+    e["shape"] = shape_json(s.shape);
+    e["seq"] = s.seq;
+    e["time"] = fit_json(s.time);
+    e["fwd"] = fit_json(s.fwd);
+    e["bwd"] = fit_json(s.bwd);
+    e["peak"] = fit_json(s.peak);
+    e["model_peak"] = fit_json(s.model_peak);
+    e["bwd_over_fwd"]["median"] = s.bwd_over_fwd_median;
+    e["bwd_over_fwd"]["max"] = s.bwd_over_fwd_max;
+    e["bwd_over_fwd"]["verdict"] = bwd_fwd_verdict(s.bwd_over_fwd_max);
+    j["scaling"].push_back(std::move(e));
+  }
+  j["crossovers"] = nlohmann::ordered_json::array();
+  for (const Crossover& c : crossovers) {
+    nlohmann::ordered_json e;
+    e["backend"] = c.backend;
+    e["shape"] = shape_json(c.shape);
+    e["seq"] = c.seq;
+    e["v2_over_standard"] = c.ratio;
+    e["faster_from"] = c.faster_from ? nlohmann::ordered_json(*c.faster_from) : nlohmann::ordered_json(nullptr);
+    e["interpolated_seq"] =
+        c.interpolated_seq ? nlohmann::ordered_json(*c.interpolated_seq) : nlohmann::ordered_json(nullptr);
+    j["crossovers"].push_back(std::move(e));
+  }
+  return j;
+}
+
+}  // namespace flashbench
