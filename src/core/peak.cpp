@@ -1,0 +1,124 @@
+#include "flashbench/peak.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include "flashbench/cpu/gemm.hpp"
+#include "flashbench/cpu/vector_math.hpp"
+
+#if defined(FLASHBENCH_HAVE_OPENBLAS)
+#include <cblas.h>
+#endif
+
+namespace flashbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kRepetitions = 7;
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Independent FMA chains per thread: enough to cover the FMA latency (4 cycles) on both FMA ports
+// of a core, so the loop runs at the issue rate. Without -ffast-math the compiler may not merge or
+// reorder the chains' steps. Returns the chains' sum so the work stays live.
+constexpr int kChains = 16;
+constexpr int64_t kFmaSteps = 4'000'000;  // per thread per repetition
+
+float fma_loop(float seed) {
+  using namespace cpu::simd;
+  vec acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = broadcast(seed + float(c));
+  const vec multiplier = broadcast(0.9999999f), addend = broadcast(1e-7f);
+  for (int64_t step = 0; step < kFmaSteps; ++step) {
+    for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * multiplier + addend;
+  }
+  vec sum{};
+  for (int c = 0; c < kChains; ++c) sum += acc[c];
+  return reduce_sum(sum);
+}
+
+// [GFLOP/s] per repetition of the FMA loop on every thread at once.
+std::vector<double> time_fma(int threads) {
+  const double flop = 2.0 * double(cpu::simd::kLanes) * kChains * double(kFmaSteps) * threads;
+  std::vector<double> rates;
+  volatile float sink = 0.0f;
+  for (int rep = 0; rep < kRepetitions + 1; ++rep) {
+    float total = 0.0f;
+    const auto start = Clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    total += fma_loop(float(omp_get_thread_num()));
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    sink = sink + total;
+    if (rep > 0) rates.push_back(flop / seconds * 1e-9);  // the first one warms the cores up
+  }
+  return rates;
+}
+
+// C = A·B, n×n row-major, split into column panels, one per thread, each a cpu::gemm call.
+void parallel_gemm(int threads, int64_t n, const float* A, const float* B, float* C) {
+  constexpr int64_t kColumnQuantum = 32;  // panels a whole number of register tiles wide
+  const int64_t panel = (n / threads + kColumnQuantum - 1) / kColumnQuantum * kColumnQuantum;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+  for (int t = 0; t < threads; ++t) {
+    const int64_t j0 = std::min(n, t * panel), width = std::min(panel, n - j0);
+    if (width > 0)
+      cpu::gemm(cpu::Op::none, cpu::Op::none, n, width, n, 1.0f, A, n, B + j0, n, 0.0f, C + j0, n);
+  }
+}
+
+template <class Product>
+std::vector<double> time_product(int64_t n, Product&& product) {
+  const double flop = 2.0 * double(n) * double(n) * double(n);
+  std::vector<double> rates;
+  for (int rep = 0; rep < kRepetitions / 2 + 2; ++rep) {
+    const auto start = Clock::now();
+    product();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (rep > 0) rates.push_back(flop / seconds * 1e-9);
+  }
+  return rates;
+}
+
+}  // namespace
+
+PeakReport measure_peak(int threads, int64_t sgemm_size) {
+  PeakReport report;
+  report.threads = threads > 0 ? threads : omp_get_max_threads();
+  report.simd = cpu::simd::kLanes == 16 ? "AVX-512" : "AVX2";
+
+  const std::vector<double> fma = time_fma(report.threads);
+  report.fma_gflops = median(fma);
+  report.fma_gflops_best = *std::max_element(fma.begin(), fma.end());
+
+  const int64_t n = sgemm_size;
+  report.sgemm_size = n;
+  std::vector<float> A(size_t(n * n)), B(size_t(n * n)), C(size_t(n * n));
+  std::mt19937 generator(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (float& x : A) x = uniform(generator);
+  for (float& x : B) x = uniform(generator);
+  const std::vector<double> ours =
+      time_product(n, [&] { parallel_gemm(report.threads, n, A.data(), B.data(), C.data()); });
+  report.sgemm_gflops = median(ours);
+  report.sgemm_gflops_best = *std::max_element(ours.begin(), ours.end());
+
+#if defined(FLASHBENCH_HAVE_OPENBLAS)
+  openblas_set_num_threads(report.threads);
+  report.openblas_core = openblas_get_corename();
+  report.openblas_gflops = median(time_product(n, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, A.data(), int(n), B.data(),
+                int(n), 0.0f, C.data(), int(n));
+  }));
+#endif
+  return report;
+}
+
+}  // namespace flashbench
