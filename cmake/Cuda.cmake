@@ -1,8 +1,37 @@
-# CUDA backend: FLASHBENCH_CUDA=AUTO|ON|OFF. AUTO builds it when nvcc is found.
+# CUDA backend: FLASHBENCH_CUDA=AUTO|ON|OFF. AUTO builds it when nvcc is found (on PATH or in
+# /usr/local/cuda); ON insists on it; OFF never builds it. The result is FLASHBENCH_CUDA_BOOL
+# (true/false), which feeds build::kCuda in config.hpp.
 set(FLASHBENCH_CUDA "AUTO" CACHE STRING "Build the CUDA backend: AUTO, ON or OFF")
+set_property(CACHE FLASHBENCH_CUDA PROPERTY STRINGS AUTO ON OFF)
+string(TOUPPER "${FLASHBENCH_CUDA}" _flashbench_cuda_request)
+if(NOT _flashbench_cuda_request MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "FLASHBENCH_CUDA must be AUTO, ON or OFF (got '${FLASHBENCH_CUDA}')")
+endif()
+
 set(FLASHBENCH_CUDA_BOOL false)
-if(FLASHBENCH_NATIVE)
-  set(FLASHBENCH_NATIVE_BOOL true)
-else()
-  set(FLASHBENCH_NATIVE_BOOL false)
+if(NOT _flashbench_cuda_request STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
+    find_program(FLASHBENCH_NVCC nvcc HINTS /usr/local/cuda/bin)
+    if(FLASHBENCH_NVCC)
+      set(CMAKE_CUDA_COMPILER ${FLASHBENCH_NVCC})
+    endif()
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    # Hopper (H100/H200) first, Ampere (A100) so the same build runs there too.
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90 80)
+    endif()
+    # One CUDA runtime for every target: the shared one, as cuBLAS uses.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(FLASHBENCH_CUDA_BOOL true)
+    message(STATUS "flashbench: CUDA backend ON (${CMAKE_CUDA_COMPILER}, architectures ${CMAKE_CUDA_ARCHITECTURES})")
+  elseif(_flashbench_cuda_request STREQUAL "ON")
+    message(FATAL_ERROR "FLASHBENCH_CUDA=ON but no CUDA compiler (nvcc) was found")
+  else()
+    message(STATUS "flashbench: CUDA backend OFF (no nvcc found)")
+  endif()
 endif()

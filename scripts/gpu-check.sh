@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Build flashbench with the CUDA backend on a GPU machine and run the whole test suite there, the GPU
+# tests included (they skip with "no CUDA device" elsewhere). Logs go to OUTPUT_DIR.
+#
+#   scripts/gpu-check.sh OUTPUT_DIR [BUILD_DIR]
+#
+# Needs nvcc (CUDA 12 or newer), CMake >= 3.20, Ninja and a C++20 compiler. A machine where nothing
+# can be installed may lack fmt, nlohmann/json, CLI11 and GoogleTest: scripts/gpu-deps.sh, run on a
+# machine that has them, copies their headers and GoogleTest's sources into .deps/, which this
+# script then uses (fmt header-only).
+set -euo pipefail
+out=${1:?usage: scripts/gpu-check.sh OUTPUT_DIR [BUILD_DIR]}
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${2:-$root/build-gpu}
+mkdir -p "$out"
+jobs=$(nproc)
+
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHBENCH_CUDA=ON)
+deps=$root/.deps
+if [ -d "$deps/include" ]; then
+  cmake_args+=(-DFLASHBENCH_DEPS_DIR="$deps")
+fi
+if [ -d "$deps/googletest" ] && [ ! -e /usr/include/gtest/gtest.h ]; then
+  # GoogleTest from source, installed next to the build so find_package(GTest) sees it.
+  gtest_prefix=$build/_gtest
+  if [ ! -e "$gtest_prefix/include/gtest/gtest.h" ]; then
+    cmake -S "$deps/googletest" -B "$build/_gtest-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DBUILD_GMOCK=OFF -DINSTALL_GTEST=ON -DCMAKE_INSTALL_PREFIX="$gtest_prefix" >"$out/gtest-build.log" 2>&1
+    cmake --build "$build/_gtest-build" -j "$jobs" >>"$out/gtest-build.log" 2>&1
+    cmake --install "$build/_gtest-build" >>"$out/gtest-build.log" 2>&1
+  fi
+  cmake_args+=(-DCMAKE_PREFIX_PATH="$gtest_prefix")
+fi
+
+{ nvidia-smi || true; nvcc --version; } >"$out/device.txt" 2>&1
+echo "== configure"
+cmake -S "$root" -B "$build" "${cmake_args[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+echo "== build"
+cmake --build "$build" -j "$jobs" >"$out/build.log" 2>&1 || { grep -E -A5 "error|FAILED" "$out/build.log" | head -60; exit 1; }
+grep -E "spill" "$out/build.log" | sort -u | head -20 || true
+echo "== test"
+set +e
+ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 600 >"$out/ctest.log" 2>&1
+status=$?
+set -e
+grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | head -40
+"$build/tests/flashbench_tests" --gtest_filter='Gpu/*:CudaBackend.*' --gtest_brief=1 >"$out/gpu-tests.log" 2>&1 || true
+grep -cE "^\[       OK \]|OK \]" "$out/gpu-tests.log" >/dev/null || true
+tail -3 "$out/gpu-tests.log"
+exit $status

@@ -1,0 +1,30 @@
+// v2 entry points: the D pre-pass, and the choice between tensor-core and fp32 kernels.
+#include "flash_common.cuh"
+#include "flash_internal.hpp"
+
+namespace flashbench::cuda {
+
+bool flash_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+void flash_forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
+                   cudaStream_t stream) {
+  if (!flash_supports(shape.head_dim)) throw RuntimeFailure("v2 on CUDA supports head_dim 64 and 128");
+  if (shape.dtype == Dtype::fp32) return flash_forward_simt(shape, Q, K, V, O, lse, stream);
+  flash_forward_mma(shape, Q, K, V, O, lse, stream);
+}
+
+void flash_backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* O,
+                    const void* dO, const float* lse, float* row_dot, float* accumulator, cudaStream_t stream) {
+  if (!flash_supports(shape.head_dim)) throw RuntimeFailure("v2 on CUDA supports head_dim 64 and 128");
+  const int64_t rows = shape.heads_total * shape.seq;
+  check_cuda(cudaMemsetAsync(accumulator, 0, sizeof(float) * size_t(rows * shape.head_dim), stream),
+             "cudaMemsetAsync(accumulator)");
+  dispatch_dtype(shape.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    launch_row_dot<T>(static_cast<const T*>(O), static_cast<const T*>(dO), row_dot, rows, int(shape.head_dim), stream);
+  });
+  if (shape.dtype == Dtype::fp32) return flash_backward_simt(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
+  flash_backward_mma(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
+}
+
+}  // namespace flashbench::cuda

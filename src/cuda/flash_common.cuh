@@ -1,0 +1,30 @@
+#pragma once
+// Pieces shared by the v2 (fused, tiled) kernels: the D pre-pass and the final conversion.
+#include "element.cuh"
+
+namespace flashbench::cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// D_i = Σ_k dO_ik O_ik over the whole row (one warp per row). [BH·N rows, d] -> [BH·N]
+template <class T>
+__global__ void row_dot_kernel(const T* __restrict__ O, const T* __restrict__ dO, float* __restrict__ row_dot,
+                               int64_t rows, int head_dim) {
+  const int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  float sum = 0.0f;
+  for (int k = lane; k < head_dim; k += 32) sum += to_float(O[row * head_dim + k]) * to_float(dO[row * head_dim + k]);
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0) row_dot[row] = sum;
+}
+
+template <class T>
+void launch_row_dot(const T* O, const T* dO, float* row_dot, int64_t rows, int head_dim, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  row_dot_kernel<T><<<blocks_for(rows, kThreads / 32), kThreads, 0, stream>>>(O, dO, row_dot, rows, head_dim);
+  check_launch("row_dot_kernel");
+}
+
+}  // namespace flashbench::cuda
