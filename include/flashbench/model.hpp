@@ -83,23 +83,26 @@ FitResult fit_in_budget(BackendKind kind, const Problem& problem, Variant varian
 
 // ---- presets: the seed documents' memory figures, as published and recomputed ----
 
-// How a published figure is worded, which decides what counts as agreeing with it.
-enum class Claim { exact, about, over, nearly };
+// How a published figure is worded, which decides what counts as agreeing with its formula.
+enum class Claim { none, exact, about, over, nearly };  // none: nothing printed for this row
 
+// One figure of a document. Published and formula are in the document's scope (often one head);
+// head-aware and flashbench are for the preset's whole configuration, every head and batch counted.
 struct PresetRow {
   std::string quantity;         // e.g. "V1 extra per layer (S)"
-  std::string published_text;   // as printed in the document, e.g. "128.00 MB"
+  std::string published_text;   // as printed in the document, e.g. "128.00 MB"; "-" when none
   double published_value = 0;   // the printed number, in `unit_bytes` units
-  double unit_bytes = 1;        // what the document's unit means here (2^20 for its "MB") [bytes]
+  double unit_bytes = 1;        // what the document's unit means there (2^20 for 002's "MB") [bytes]
+  std::string unit_label;       // the document's unit as printed: "MB", "GB", "%"
   int decimals = 2;             // printed precision
   Claim claim = Claim::exact;
-  double formula = 0;           // the document's own formula [bytes, or a count / percent]
-  double head_aware = 0;        // the same formula with every head and batch counted
+  std::optional<double> formula;     // the document's own formula [bytes, or a count / percent]
+  std::optional<double> head_aware;  // the same formula with every head and batch element counted
   std::optional<double> flashbench;  // what this tool's implementation allocates for it
-  std::string flashbench_what;  // which of the tool's quantities that is
+  std::string flashbench_what;       // which of the tool's quantities that is
   std::string value_kind = "bytes";  // "bytes", "count" or "percent"
-  bool mismatch = false;        // published disagrees with the document's own formula
-  std::string explanation;      // one line, on mismatching rows
+  bool mismatch = false;             // published disagrees with the document's own formula
+  std::string explanation;           // one line, on mismatching rows
 };
 
 struct Preset {

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -65,24 +66,6 @@ int64_t parse_bytes(std::string_view text) {
   const double bytes = std::round(number * multiplier);
   if (!std::isfinite(bytes) || bytes >= 9.2e18) throw bad("too large");
   return static_cast<int64_t>(bytes);
-}
-
-std::string format_bytes(int64_t bytes) {
-  static constexpr std::array<std::string_view, 6> kUnits = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 0) return "-" + format_bytes(-bytes);
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  double value = static_cast<double>(bytes);
-  size_t unit = 0;
-  while (value >= 1024.0 && unit + 1 < kUnits.size()) {
-    value /= 1024.0;
-    ++unit;
-  }
-  // 1023.96 KiB would print as "1024.0 KiB": move up a unit instead.
-  if (std::round(value * 10.0) >= 10240.0 && unit + 1 < kUnits.size()) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return fmt::format("{:.1f} {}", value, kUnits[unit]);
 }
 
 }  // namespace flashbench

@@ -5,7 +5,7 @@
 
 #include "flashbench/errors.hpp"
 #include "flashbench/model.hpp"
-#include "flashbench/units.hpp"
+#include "flashbench/report.hpp"
 
 namespace flashbench {
 

@@ -1,0 +1,194 @@
+// flashbench fit: for each variant, the largest N (or B) whose modelled peak fits a memory budget,
+// optionally confirmed by running that point on the CPU.
+#include <omp.h>
+
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "flashbench/backend.hpp"
+#include "flashbench/errors.hpp"
+#include "flashbench/model.hpp"
+#include "flashbench/os_memory.hpp"
+#include "flashbench/report.hpp"
+#include "flashbench/sweep.hpp"
+#include "flashbench/units.hpp"
+
+namespace flashbench::cli {
+
+namespace {
+
+using nlohmann::ordered_json;
+
+struct FitOptions {
+  std::string budget;
+  std::string search = "seq";
+  Problem problem;
+  std::string variants = "all";
+  std::string dtype = "fp32";
+  int threads = 0;
+  bool verify = false;
+  std::string format = "table";
+};
+
+// What running the fitted point on the CPU showed.
+struct Verification {
+  std::string status;                // "ok", "skipped", "oom", "failed"
+  std::string reason;
+  std::optional<int64_t> measured_peak_bytes;
+};
+
+Verification verify_point(const Problem& problem, Variant variant, int64_t model_peak_bytes, int threads) {
+  const std::optional<int64_t> available = available_memory_bytes();
+  if (available)
+    if (auto reason = does_not_fit(model_peak_bytes, *available)) return {"skipped", *reason, std::nullopt};
+  RunOptions options;
+  options.sampling.warmup = 0;
+  options.sampling.min_samples = 1;
+  options.sampling.max_samples = 1;
+  options.threads = threads;
+  options.check = false;
+  const Variant variants[] = {variant};
+  const std::vector<Row> rows = make_cpu_backend()->run(problem, variants, options);
+  const Row& row = rows.front();
+  Verification verification{std::string(to_string(row.status)), row.reason, std::nullopt};
+  if (row.status == Status::ok) verification.measured_peak_bytes = row.measured.peak_bytes;
+  return verification;
+}
+
+int run_fit(const FitOptions& options) {
+  const int64_t budget = parse_bytes(options.budget);
+  const FitAxis axis = options.search == "batch" ? FitAxis::batch : FitAxis::seq;
+  Problem problem = options.problem;
+  problem.dtype = parse_dtype(options.dtype);
+  validate(problem);
+  const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
+  const cpu::Tiling tiling;
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<FitResult> results;
+  for (Variant variant : parse_variant_list(options.variants, "--variant"))
+    results.push_back(fit_in_budget(BackendKind::cpu, problem, variant, axis, budget, tiling, threads));
+  const double search_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+
+  std::optional<int64_t> standard_max;
+  for (const FitResult& result : results)
+    if (result.variant == Variant::standard && result.max_value > 0) standard_max = result.max_value;
+
+  std::vector<std::optional<Verification>> verifications(results.size());
+  if (options.verify)
+    for (size_t i = 0; i < results.size(); ++i)
+      if (results[i].max_value > 0) {
+        Problem point = problem;
+        (axis == FitAxis::seq ? point.seq : point.batch) = results[i].max_value;
+        verifications[i] = verify_point(point, results[i].variant, results[i].model_peak_bytes, threads);
+      }
+
+  const std::string axis_key = axis == FitAxis::seq ? "max_seq" : "max_batch";
+  if (options.format == "json") {
+    ordered_json rows = ordered_json::array();
+    for (size_t i = 0; i < results.size(); ++i) {
+      const FitResult& result = results[i];
+      ordered_json row;
+      row["variant"] = std::string(to_string(result.variant));
+      row[axis_key] = result.max_value;
+      row["budget_bytes"] = result.budget_bytes;
+      row["model_peak_bytes"] = result.model_peak_bytes;
+      row["at_axis_limit"] = result.at_axis_limit;
+      if (standard_max) row["ratio_to_standard"] = double(result.max_value) / double(*standard_max);
+      if (verifications[i]) {
+        row["verify"]["status"] = verifications[i]->status;
+        if (!verifications[i]->reason.empty()) row["verify"]["reason"] = verifications[i]->reason;
+        if (verifications[i]->measured_peak_bytes)
+          row["verify"]["measured_peak_bytes"] = *verifications[i]->measured_peak_bytes;
+      }
+      rows.push_back(row);
+    }
+    Problem shown = problem;
+    (axis == FitAxis::seq ? shown.seq : shown.batch) = 0;
+    ordered_json document{{"schema_version", kSchemaVersion},
+                          {"command", "fit"},
+                          {"backend", "cpu"},
+                          {"search", options.search},
+                          {"problem", {{"batch", shown.batch}, {"heads", shown.heads}, {"seq", shown.seq},
+                                       {"head_dim", shown.head_dim}, {"layers", shown.layers},
+                                       {"causal", shown.causal}, {"dtype", std::string(to_string(shown.dtype))}}},
+                          {"threads", threads},
+                          {"rows", rows}};
+    std::cout << document.dump(2) << '\n';
+    return 0;
+  }
+
+  const std::string fixed = axis == FitAxis::seq
+                                ? fmt::format("B={} H={} d={} L={}", problem.batch, problem.heads, problem.head_dim, problem.layers)
+                                : fmt::format("H={} N={} d={} L={}", problem.heads, problem.seq, problem.head_dim, problem.layers);
+  std::cout << fmt::format("largest {} within {} ({} bytes), cpu model: {}{} {}, {} threads ({:.1f} ms)\n\n",
+                           axis == FitAxis::seq ? "N" : "B", format_bytes(budget), budget, fixed,
+                           problem.causal ? " causal" : "", to_string(problem.dtype), threads, search_ms);
+  std::vector<std::string> header = {"variant", axis == FitAxis::seq ? "max N" : "max B", "model peak",
+                                     "vs standard"};
+  if (options.verify) header.insert(header.end(), {"measured peak", "verify"});
+  std::vector<std::vector<std::string>> lines = {header};
+  for (size_t i = 0; i < results.size(); ++i) {
+    const FitResult& result = results[i];
+    std::vector<std::string> line = {
+        std::string(to_string(result.variant)),
+        result.max_value == 0 ? "none" : fmt::format("{}{}", result.max_value, result.at_axis_limit ? " (limit)" : ""),
+        result.max_value == 0 ? "-" : format_bytes(result.model_peak_bytes),
+        standard_max ? fmt::format("{:.2f}x", double(result.max_value) / double(*standard_max)) : "-"};
+    if (options.verify) {
+      const auto& verification = verifications[i];
+      line.push_back(verification && verification->measured_peak_bytes ? format_bytes(*verification->measured_peak_bytes)
+                                                                         : "-");
+      line.push_back(!verification ? "-"
+                     : verification->reason.empty() ? verification->status
+                                                    : verification->status + ": " + verification->reason);
+    }
+    lines.push_back(line);
+  }
+  std::vector<size_t> widths(header.size(), 0);
+  for (const auto& line : lines)
+    for (size_t c = 0; c < line.size(); ++c) widths[c] = std::max(widths[c], line[c].size());
+  for (const auto& line : lines) {
+    std::string text = fmt::format("{:<{}}", line[0], widths[0]);
+    for (size_t c = 1; c < line.size(); ++c) text += fmt::format("  {:>{}}", line[c], widths[c]);
+    std::cout << text << '\n';
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_fit(CLI::App& app) {
+  auto options = std::make_shared<FitOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "fit", "For each variant, the largest N (or B) whose modelled peak fits a memory budget");
+  sub->add_option("--budget", options->budget, "Memory budget: 16GiB, 800MB, 1.5G (G = GiB), bytes")->required();
+  sub->add_option("--search", options->search, "Axis to search: seq or batch")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"seq", "batch"}));
+  sub->add_option("--seq", options->problem.seq, "N, when searching batch")->capture_default_str();
+  sub->add_option("--heads", options->problem.heads, "H, heads")->capture_default_str();
+  sub->add_option("--head-dim", options->problem.head_dim, "d, head dim")->capture_default_str();
+  sub->add_option("--batch", options->problem.batch, "B, when searching seq")->capture_default_str();
+  sub->add_option("--layers", options->problem.layers, "L, layers in the stack")->capture_default_str();
+  sub->add_flag("--causal", options->problem.causal, "Causal mask");
+  sub->add_option("--variant", options->variants, "all, or a comma list of standard, v1, v2, checkpoint")
+      ->capture_default_str();
+  sub->add_option("--dtype", options->dtype, "Storage dtype: fp32, bf16, fp16")->capture_default_str();
+  sub->add_option("--threads", options->threads, "CPU threads the workspace is sized for (default: all cores)");
+  sub->add_flag("--verify", options->verify,
+                "Run each variant's largest fitting point on the CPU (one sample) and show its measured peak");
+  sub->add_option("--format", options->format, "table or json")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"table", "json"}));
+  set_action(sub, [options](const std::vector<std::string>&) { return run_fit(*options); });
+}
+
+}  // namespace flashbench::cli

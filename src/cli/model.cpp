@@ -1,0 +1,244 @@
+// flashbench model: the analytic memory model's table for one configuration, or a seed document's
+// figures (--preset), without running a kernel.
+#include <omp.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "flashbench/errors.hpp"
+#include "flashbench/model.hpp"
+#include "flashbench/report.hpp"
+#include "flashbench/sweep.hpp"
+
+namespace flashbench::cli {
+
+namespace {
+
+using nlohmann::ordered_json;
+
+struct ModelOptions {
+  Problem problem;
+  std::string variants = "all";
+  std::string dtype = "fp32";
+  int threads = 0;
+  cpu::Tiling tiling;
+  std::string preset;
+  std::string format = "table";
+};
+
+int resolve_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+
+ordered_json problem_json(const Problem& p) {
+  return ordered_json{{"batch", p.batch},     {"heads", p.heads},   {"seq", p.seq},
+                      {"head_dim", p.head_dim}, {"layers", p.layers}, {"causal", p.causal},
+                      {"dtype", std::string(to_string(p.dtype))}};
+}
+
+ordered_json tags_json(const TagBytes& tags) {
+  ordered_json j = ordered_json::object();
+  for (Tag tag : kAllTags) j[std::string(to_string(tag))] = tags[tag];
+  return j;
+}
+
+// A left-aligned label column and right-aligned value columns.
+void print_table(std::ostream& out, const std::vector<std::vector<std::string>>& lines) {
+  std::vector<size_t> widths;
+  for (const auto& line : lines)
+    for (size_t column = 0; column < line.size(); ++column) {
+      if (widths.size() <= column) widths.push_back(0);
+      widths[column] = std::max(widths[column], line[column].size());
+    }
+  for (const auto& line : lines) {
+    std::string text;
+    for (size_t column = 0; column < line.size(); ++column) {
+      if (column == 0)
+        text += fmt::format("{:<{}}", line[column], widths[column]);
+      else
+        text += fmt::format("  {:>{}}", line[column], widths[column]);
+    }
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    out << text << '\n';
+  }
+}
+
+struct VariantModel {
+  Variant variant;
+  LayerMemory layer;
+  ModelledMemory stack;
+};
+
+int print_model(const ModelOptions& options) {
+  Problem problem = options.problem;
+  problem.dtype = parse_dtype(options.dtype);
+  validate(problem);
+  const int threads = resolve_threads(options.threads);
+  std::vector<VariantModel> models;
+  for (Variant variant : parse_variant_list(options.variants, "--variant"))
+    models.push_back({variant, layer_memory(BackendKind::cpu, problem, variant, options.tiling, threads),
+                      model_memory(BackendKind::cpu, problem, variant, options.tiling, threads)});
+
+  if (options.format == "json") {
+    ordered_json rows = ordered_json::array();
+    for (const VariantModel& m : models) {
+      ordered_json row;
+      row["backend"] = "cpu";
+      row["variant"] = std::string(to_string(m.variant));
+      row["problem"] = problem_json(problem);
+      row["threads"] = threads;
+      row["tiling"] = {{"row_block", options.tiling.row_block}, {"col_block", options.tiling.col_block}};
+      row["per_layer"] = {{"output_bytes", m.layer.output_bytes},
+                          {"kept_bytes", m.layer.kept_bytes},
+                          {"held_bytes", m.layer.held_bytes},
+                          {"forward_workspace_bytes", m.layer.forward_workspace_bytes},
+                          {"backward_workspace_bytes", m.layer.backward_workspace_bytes},
+                          {"grad_bytes", m.layer.grad_bytes}};
+      row["memory"]["model"] = {{"peak_bytes", m.stack.peak_bytes},
+                                {"peak_phase", std::string(to_string(m.stack.peak_phase))},
+                                {"kept_bytes", m.stack.kept_bytes},
+                                {"by_tag", tags_json(m.stack.by_tag)}};
+      rows.push_back(row);
+    }
+    ordered_json document{{"schema_version", kSchemaVersion}, {"command", "model"}, {"rows", rows}};
+    std::cout << document.dump(2) << '\n';
+    return 0;
+  }
+
+  std::cout << fmt::format("memory model, cpu: {}, {} threads, tiles {}x{} (Br x Bc); input {} (X0, dO)\n\n",
+                           problem.describe(), threads, options.tiling.row_block, options.tiling.col_block,
+                           format_bytes(input_bytes(problem)));
+  std::vector<std::vector<std::string>> lines;
+  std::vector<std::string> header = {"per layer"};
+  for (const VariantModel& m : models) header.emplace_back(to_string(m.variant));
+  lines.push_back(header);
+  auto add = [&](std::string label, auto value_of) {
+    std::vector<std::string> line = {std::move(label)};
+    for (const VariantModel& m : models) line.push_back(value_of(m));
+    lines.push_back(line);
+  };
+  add("  output X_i+1", [](const VariantModel& m) { return format_bytes(m.layer.output_bytes); });
+  add("  kept (kept_per_layer)", [](const VariantModel& m) { return format_bytes(m.layer.kept_bytes); });
+  add("  held until its backward", [](const VariantModel& m) { return format_bytes(m.layer.held_bytes); });
+  add("  forward workspace", [](const VariantModel& m) { return format_bytes(m.layer.forward_workspace_bytes); });
+  add("  backward workspace", [](const VariantModel& m) { return format_bytes(m.layer.backward_workspace_bytes); });
+  add("  dQ + dK + dV", [](const VariantModel& m) { return format_bytes(m.layer.grad_bytes); });
+  lines.push_back({fmt::format("stack of {} layer{}", problem.layers, problem.layers == 1 ? "" : "s")});
+  add("  peak", [](const VariantModel& m) { return format_bytes(m.stack.peak_bytes); });
+  add("  peak phase", [](const VariantModel& m) { return std::string(to_string(m.stack.peak_phase)); });
+  for (Tag tag : kAllTags)
+    add(fmt::format("    {} at peak", to_string(tag)),
+        [tag](const VariantModel& m) { return format_bytes(m.stack.by_tag[tag]); });
+  add("  kept after forward", [](const VariantModel& m) { return format_bytes(m.stack.kept_bytes); });
+  const VariantModel* standard = nullptr;
+  for (const VariantModel& m : models)
+    if (m.variant == Variant::standard) standard = &m;
+  if (standard)
+    add("  peak / standard", [standard](const VariantModel& m) {
+      return fmt::format("{:.3f}", double(m.stack.peak_bytes) / double(standard->stack.peak_bytes));
+    });
+  print_table(std::cout, lines);
+  return 0;
+}
+
+std::string format_value(const PresetRow& row, double value) {
+  if (row.value_kind == "percent") return fmt::format("{:.1f}%", value);
+  if (row.value_kind == "count") return fmt::format("{:.0f}", value);
+  return format_bytes(static_cast<int64_t>(value));
+}
+
+// The formula in the document's own unit and precision, so it reads against the printed figure.
+std::string format_in_document_units(const PresetRow& row) {
+  if (!row.formula) return "-";
+  if (row.claim == Claim::none || row.value_kind == "count") return format_value(row, *row.formula);
+  const double value = *row.formula / row.unit_bytes;
+  if (row.value_kind == "percent") return fmt::format("{:.{}f}%", value, row.decimals);
+  return fmt::format("{:.{}f} {}", value, row.decimals, row.unit_label);
+}
+
+ordered_json optional_json(const std::optional<double>& value) {
+  return value ? ordered_json(*value) : ordered_json(nullptr);
+}
+
+int print_preset(const ModelOptions& options) {
+  const Preset preset = make_preset(options.preset, options.tiling, resolve_threads(options.threads));
+  if (options.format == "json") {
+    ordered_json rows = ordered_json::array();
+    for (const PresetRow& row : preset.rows)
+      rows.push_back({{"quantity", row.quantity},
+                      {"published", row.published_text},
+                      {"formula", optional_json(row.formula)},
+                      {"head_aware", optional_json(row.head_aware)},
+                      {"flashbench", optional_json(row.flashbench)},
+                      {"unit", row.value_kind},
+                      {"flashbench_what", row.flashbench_what},
+                      {"mismatch", row.mismatch},
+                      {"explanation", row.explanation}});
+    ordered_json document{{"schema_version", kSchemaVersion}, {"command", "model"},
+                          {"preset", preset.name},          {"source", preset.source},
+                          {"assumptions", preset.assumptions}, {"problem", problem_json(preset.problem)},
+                          {"threads", resolve_threads(options.threads)}, {"rows", rows}};
+    std::cout << document.dump(2) << '\n';
+    return 0;
+  }
+  std::cout << fmt::format("preset {}: {}\nconfiguration: {}; {}\n", preset.name, preset.source,
+                           preset.problem.describe(), preset.assumptions);
+  std::cout << "published and formula: the document's scope; head-aware and flashbench: all heads and batch\n\n";
+  std::vector<std::vector<std::string>> lines = {
+      {"quantity", "as published", "formula", "head-aware", "flashbench", ""}};
+  std::vector<std::string> notes;
+  for (const PresetRow& row : preset.rows) {
+    std::string flag;
+    if (row.mismatch) {
+      notes.push_back(fmt::format("[{}] {}: {}", notes.size() + 1, row.quantity, row.explanation));
+      flag = fmt::format("MISMATCH [{}]", notes.size());
+    }
+    lines.push_back({row.quantity, row.published_text, format_in_document_units(row),
+                     row.head_aware ? format_value(row, *row.head_aware) : "-",
+                     row.flashbench ? format_value(row, *row.flashbench) : "-", flag});
+  }
+  print_table(std::cout, lines);
+  std::cout << "\nflashbench column:\n";
+  for (const PresetRow& row : preset.rows)
+    if (!row.flashbench_what.empty()) std::cout << fmt::format("  {}: {}\n", row.quantity, row.flashbench_what);
+  if (!notes.empty()) {
+    std::cout << "\npublished vs the document's own formula:\n";
+    for (const std::string& note : notes) std::cout << "  " << note << '\n';
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_model(CLI::App& app) {
+  auto options = std::make_shared<ModelOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "model", "The analytic memory model per tag, per layer and for L layers, without running kernels");
+  sub->add_option("--seq", options->problem.seq, "N, sequence length")->capture_default_str();
+  sub->add_option("--heads", options->problem.heads, "H, heads")->capture_default_str();
+  sub->add_option("--head-dim", options->problem.head_dim, "d, head dim")->capture_default_str();
+  sub->add_option("--batch", options->problem.batch, "B, batch")->capture_default_str();
+  sub->add_option("--layers", options->problem.layers, "L, layers in the stack")->capture_default_str();
+  sub->add_flag("--causal", options->problem.causal, "Causal mask (the CPU allocates the same either way)");
+  sub->add_option("--variant", options->variants, "all, or a comma list of standard, v1, v2, checkpoint")
+      ->capture_default_str();
+  sub->add_option("--dtype", options->dtype, "Storage dtype of inputs, activations and kept tensors: fp32, bf16, fp16")
+      ->capture_default_str();
+  sub->add_option("--threads", options->threads, "CPU threads the workspace is sized for (default: all cores)");
+  sub->add_option("--row-block", options->tiling.row_block, "Br, rows of Q per tile")->capture_default_str();
+  sub->add_option("--col-block", options->tiling.col_block, "Bc, rows of K/V per tile")->capture_default_str();
+  sub->add_option("--preset", options->preset, "A seed document's figures: seed-002, seed-000 or seed-003");
+  sub->add_option("--format", options->format, "table or json")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"table", "json"}));
+  set_action(sub, [options](const std::vector<std::string>&) {
+    if (options->tiling.row_block < 1 || options->tiling.col_block < 1)
+      throw UsageError("--row-block and --col-block must be at least 1");
+    return options->preset.empty() ? print_model(*options) : print_preset(*options);
+  });
+}
+
+}  // namespace flashbench::cli

@@ -1,0 +1,245 @@
+// The seed documents' memory figures, reproduced: as printed, as their own formula gives them,
+// with every head and batch element counted, and as this tool's implementation allocates them.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "flashbench/errors.hpp"
+#include "flashbench/model.hpp"
+
+namespace flashbench {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = kMiB * 1024.0;
+constexpr double kGB = 1e9;
+
+// Whether a printed figure agrees with the value its own formula gives.
+bool agrees(const PresetRow& row) {
+  if (row.claim == Claim::none || !row.formula) return true;
+  const double value = *row.formula / row.unit_bytes;
+  const double published = row.published_value;
+  switch (row.claim) {
+    case Claim::none: return true;
+    case Claim::exact:
+      return fmt::format("{:.{}f}", value, row.decimals) == fmt::format("{:.{}f}", published, row.decimals);
+    case Claim::about: return std::abs(value - published) <= 0.05 * published;
+    case Claim::over: return value > published;
+    case Claim::nearly: return value <= published && value >= 0.9 * published;
+  }
+  return false;
+}
+
+struct Printed {
+  std::string text;  // verbatim, translated where the document words it in Chinese
+  double value = 0;  // the number printed
+  double unit_bytes = 1;
+  std::string unit_label;
+  int decimals = 2;
+  Claim claim = Claim::exact;
+};
+
+const Printed kNotPrinted{"-", 0, 1, "", 0, Claim::none};
+
+PresetRow make_row(std::string quantity, const Printed& printed, std::optional<double> formula,
+                   std::optional<double> head_aware,
+                   std::string explanation_if_mismatch, std::string value_kind = "bytes") {
+  PresetRow row;
+  row.quantity = std::move(quantity);
+  row.published_text = printed.text;
+  row.published_value = printed.value;
+  row.unit_bytes = printed.unit_bytes;
+  row.unit_label = printed.unit_label;
+  row.decimals = printed.decimals;
+  row.claim = printed.claim;
+  row.formula = formula;
+  row.head_aware = head_aware;
+  row.value_kind = std::move(value_kind);
+  row.mismatch = !agrees(row);
+  if (row.mismatch)
+    row.explanation = explanation_if_mismatch.empty() ? "the printed figure differs from the document's own formula"
+                                                      : std::move(explanation_if_mismatch);
+  return row;
+}
+
+void set_flashbench(PresetRow& row, double value, std::string what) {
+  row.flashbench = value;
+  row.flashbench_what = std::move(what);
+}
+
+struct VariantModels {
+  ModelledMemory standard, v1, v2, checkpoint;
+  LayerMemory standard_layer, v1_layer, v2_layer;
+};
+
+VariantModels model_all(const Problem& problem, const cpu::Tiling& tiling, int threads) {
+  constexpr BackendKind kCpu = BackendKind::cpu;
+  return {model_memory(kCpu, problem, Variant::standard, tiling, threads),
+          model_memory(kCpu, problem, Variant::v1, tiling, threads),
+          model_memory(kCpu, problem, Variant::v2, tiling, threads),
+          model_memory(kCpu, problem, Variant::checkpoint, tiling, threads),
+          layer_memory(kCpu, problem, Variant::standard, tiling, threads),
+          layer_memory(kCpu, problem, Variant::v1, tiling, threads),
+          layer_memory(kCpu, problem, Variant::v2, tiling, threads)};
+}
+
+// 002_*: analyze_backward_memory(seq_len=4096, head_dim=128, num_heads=32, num_layers=32), whose
+// formulas count one head (fp16, "MB" = 2^20 bytes, "GB" = 2^30 bytes) although num_heads is passed.
+Preset seed_002(const cpu::Tiling& tiling, int threads) {
+  Preset preset;
+  preset.name = "seed-002";
+  preset.source = "002_*: analyze_backward_memory(seq_len=4096, head_dim=128, num_heads=32, num_layers=32), "
+                  "fp16; the function divides by 1024**2 and 1024, so its MB is 2^20 B and its GB 2^30 B";
+  preset.problem = Problem{.batch = 1, .heads = 32, .seq = 4096, .head_dim = 128, .layers = 32,
+                           .causal = false, .dtype = Dtype::fp16};
+  preset.assumptions = "batch 1 (the article's benchmark); head-aware = the document's per-head formula x B*H";
+  const Problem& p = preset.problem;
+  const double N = double(p.seq), d = double(p.head_dim), L = double(p.layers);
+  const double BH = double(p.heads_total());
+  constexpr double kFp16 = 2;
+  const VariantModels m = model_all(p, tiling, threads);
+
+  const double o = N * d * kFp16;                 // "输出O"
+  const double temporary = N * d * kFp16 * 4;     // "临时计算缓冲"
+  const double v2_layer = N * d * kFp16 * 6;      // "合计"
+  const double v2_total = v2_layer * L;
+  const double square = N * N * kFp16;            // v1_additional and std_mem: one N×N fp16 matrix
+  const double v1_total = v2_total + square * L;
+  const double standard_total = square * L;
+
+  auto mb = [](std::string text, double value) { return Printed{std::move(text), value, kMiB, "MB", 2, Claim::exact}; };
+  auto gb = [](std::string text, double value) { return Printed{std::move(text), value, kGiB, "GB", 2, Claim::exact}; };
+
+  PresetRow row = make_row("O per layer (V2)", mb("1.00 MB", 1.00), o, o * BH, "");
+  set_flashbench(row, double(m.v2_layer.output_bytes), "v2: O of one layer (kept; LSE adds 4 B per row)");
+  preset.rows.push_back(row);
+
+  row = make_row("dO per layer", mb("1.00 MB", 1.00), o, o * BH, "");
+  set_flashbench(row, double(p.qkv_elements() * storage_element_bytes(p)),
+                 "dO: one input for the whole stack; layers pass fp32 dX between them");
+  preset.rows.push_back(row);
+
+  row = make_row("temporary buffers per layer (V2)", mb("4.00 MB", 4.00), temporary, temporary * BH, "");
+  set_flashbench(row, double(m.v2_layer.backward_workspace_bytes),
+                 fmt::format("v2: backward workspace, fp32, {} threads (D [BH,N] + 2 tiles per thread)", threads));
+  preset.rows.push_back(row);
+
+  row = make_row("V2 total per layer", mb("6.00 MB", 6.00), v2_layer, v2_layer * BH, "");
+  set_flashbench(row, double(m.v2_layer.held_bytes), "v2: held per layer until its backward (O + LSE)");
+  preset.rows.push_back(row);
+
+  row = make_row("V2 total, 32 layers", gb("0.19 GB", 0.19), v2_total, v2_total * BH, "");
+  set_flashbench(row, double(m.v2.peak_bytes), "v2: modelled peak of the 32-layer stack, all tags");
+  preset.rows.push_back(row);
+
+  row = make_row("V1 extra per layer (S)", mb("128.00 MB", 128.00), square, square * BH,
+                 "its formula seq_len*seq_len*2 B gives 32.00 MB; the print is 4x that");
+  set_flashbench(row, double(m.v1_layer.kept_bytes), "v1: kept S + m + l per layer");
+  preset.rows.push_back(row);
+
+  row = make_row("V1 total, 32 layers", gb("4.22 GB", 4.22), v1_total, v1_total * BH,
+                 "its formula gives 0.19 + 32 x 32 MB = 1.19 GB; even with its printed 128 MB it is 4.19, not 4.22");
+  set_flashbench(row, double(m.v1.peak_bytes), "v1: modelled peak of the 32-layer stack, all tags");
+  preset.rows.push_back(row);
+
+  row = make_row("standard per layer (\"S and P\")", mb("256.00 MB", 256.00), square, square * BH,
+                 "its formula counts one N x N fp16 matrix, 32.00 MB, though the label says S and P; 256 = 2 x its printed 128");
+  set_flashbench(row, double(m.standard_layer.kept_bytes), "standard: kept P per layer (S is not kept)");
+  preset.rows.push_back(row);
+
+  row = make_row("standard total, 32 layers", gb("8.00 GB", 8.00), standard_total, standard_total * BH,
+                 "its formula gives 32 x 32.00 MB = 1.00 GB; the print is 32 x its printed 256 MB");
+  set_flashbench(row, double(m.standard.peak_bytes), "standard: modelled peak of the 32-layer stack, all tags");
+  preset.rows.push_back(row);
+
+  row = make_row("V2 saving vs standard", Printed{"97.6%", 97.6, 1, "%", 1, Claim::exact},
+                 100.0 * (1.0 - v2_total / standard_total), 100.0 * (1.0 - v2_total / standard_total),
+                 "97.6% is 1 - 0.19/8.00 from its printed, not its computed, figures; its formula gives 81.2%",
+                 "percent");
+  set_flashbench(row, 100.0 * (1.0 - double(m.v2.peak_bytes) / double(m.standard.peak_bytes)),
+                 "1 - v2 peak / standard peak, 32 layers, all tags");
+  preset.rows.push_back(row);
+  return preset;
+}
+
+// 000_*: N = 32768, fp16, 32 heads; P of one head, of one layer; m and l as two fp32 vectors.
+Preset seed_000(const cpu::Tiling& tiling, int threads) {
+  Preset preset;
+  preset.name = "seed-000";
+  preset.source = "000_*: section 1 (P at N = 32768 in FP16, one head and a 32-head layer) and "
+                  "section 2 (m and l, two fp32 scalars per row); its GB is 10^9 B, its KB 2^10 B";
+  preset.problem = Problem{.batch = 1, .heads = 32, .seq = 32768, .head_dim = 128, .layers = 1,
+                           .causal = false, .dtype = Dtype::fp16};
+  preset.assumptions = "head_dim 128 and batch 1 (not stated; only the flashbench column depends on d)";
+  const Problem& p = preset.problem;
+  const double N = double(p.seq), BH = double(p.heads_total());
+  const VariantModels m = model_all(p, tiling, threads);
+
+  PresetRow row = make_row("P elements per head", Printed{"over 1.07 billion (超过10.7亿)", 1.07, 1e9, "billion", 2, Claim::over},
+                           N * N, N * N * BH, "", "count");
+  set_flashbench(row, double(p.score_elements()), "standard: elements of kept P per layer, all heads");
+  preset.rows.push_back(row);
+
+  row = make_row("P per head, fp16", Printed{"2.14GB", 2.14, kGB, "GB", 2, Claim::exact}, 2 * N * N, 2 * N * N * BH,
+                 "2 x 32768^2 = 2,147,483,648 B is 2.15 GB (the print truncates), i.e. 2.00 GiB");
+  set_flashbench(row, double(m.standard_layer.kept_bytes), "standard: kept P per layer, all heads");
+  preset.rows.push_back(row);
+
+  row = make_row("P per layer, 32 heads, fp16", Printed{"nearly 70GB (近70GB)", 70, kGB, "GB", 0, Claim::nearly},
+                 2 * N * N * BH, 2 * N * N * BH, "");
+  set_flashbench(row, double(m.standard.peak_bytes), "standard: modelled peak of one layer, all tags");
+  preset.rows.push_back(row);
+
+  row = make_row("m and l per head, fp32", Printed{"256KB", 256, 1024, "KB", 0, Claim::exact}, 2 * 4 * N,
+                 2 * 4 * N * BH, "");
+  set_flashbench(row, double(m.v1_layer.kept_bytes - m.standard_layer.kept_bytes),
+                 "v1: kept m + l per layer, all heads (v2 keeps LSE alone: half that)");
+  preset.rows.push_back(row);
+
+  row = make_row("v2 peak, one layer", kNotPrinted, std::nullopt, std::nullopt, "");
+  set_flashbench(row, double(m.v2.peak_bytes), "v2: modelled peak of one layer, all tags, fp16 storage");
+  preset.rows.push_back(row);
+  return preset;
+}
+
+// 003_*: N = 128K, fp16: "one P per batch ≈ 32 GB" in its Step 4.
+Preset seed_003(const cpu::Tiling& tiling, int threads) {
+  Preset preset;
+  preset.name = "seed-003";
+  preset.source = "003_*: Step 4, one P of 128K x 128K in FP16 'per batch' (its derivation is single-head)";
+  preset.problem = Problem{.batch = 1, .heads = 32, .seq = 131072, .head_dim = 128, .layers = 1,
+                           .causal = false, .dtype = Dtype::fp16};
+  preset.assumptions = "32 heads and head_dim 128 as in seeds 000/002 (the document shows one head)";
+  const Problem& p = preset.problem;
+  const double N = double(p.seq), BH = double(p.heads_total());
+  const VariantModels m = model_all(p, tiling, threads);
+
+  PresetRow row = make_row("P per head, fp16", Printed{"about 32 GB (约 32 GB)", 32, kGB, "GB", 0, Claim::about},
+                           2 * N * N, 2 * N * N * BH,
+                           "2 x 131072^2 B = 34.4 GB; 32 is its size in GiB (2^30 B) printed as GB");
+  set_flashbench(row, double(m.standard_layer.kept_bytes), "standard: kept P per layer, all heads");
+  preset.rows.push_back(row);
+
+  row = make_row("standard peak, one layer", kNotPrinted, std::nullopt, std::nullopt, "");
+  set_flashbench(row, double(m.standard.peak_bytes), "standard: modelled peak, all tags");
+  preset.rows.push_back(row);
+
+  row = make_row("v2 peak, one layer", kNotPrinted, std::nullopt, std::nullopt, "");
+  set_flashbench(row, double(m.v2.peak_bytes), "v2: modelled peak, all tags");
+  preset.rows.push_back(row);
+  return preset;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() { return {"seed-002", "seed-000", "seed-003"}; }
+
+Preset make_preset(const std::string& name, const cpu::Tiling& tiling, int threads) {
+  if (name == "seed-002") return seed_002(tiling, threads);
+  if (name == "seed-000") return seed_000(tiling, threads);
+  if (name == "seed-003") return seed_003(tiling, threads);
+  throw UsageError(fmt::format("unknown preset '{}' (expected seed-002, seed-000 or seed-003)", name));
+}
+
+}  // namespace flashbench

@@ -1,0 +1,270 @@
+// The analytic memory model against the CPU backend's measured ledger (peak within 1%, and the same
+// kept bytes, tag split and phase) on a grid of variants, causal, L, odd N and thread counts; the
+// model's closed form against hand-counted schedules; the pre-flight message; fit.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+#include "flashbench/backend.hpp"
+#include "flashbench/errors.hpp"
+#include "flashbench/model.hpp"
+
+namespace flashbench {
+namespace {
+
+constexpr BackendKind kCpu = BackendKind::cpu;
+
+Problem make_problem(int64_t B, int64_t H, int64_t N, int64_t d, int64_t L, bool causal) {
+  Problem p;
+  p.batch = B;
+  p.heads = H;
+  p.seq = N;
+  p.head_dim = d;
+  p.layers = L;
+  p.causal = causal;
+  return p;
+}
+
+std::string describe_tags(const TagBytes& tags) {
+  std::string text;
+  for (Tag tag : kAllTags) text += std::string(to_string(tag)) + "=" + std::to_string(tags[tag]) + " ";
+  return text;
+}
+
+// ---- measured == model on the CPU backend ----
+
+struct GridPoint {
+  int64_t batch, heads, seq, head_dim, layers;
+  bool causal;
+  int threads;
+};
+
+class ModelMatchesCpu : public testing::TestWithParam<GridPoint> {};
+
+TEST_P(ModelMatchesCpu, PeakKeptSplitAndPhase) {
+  const GridPoint g = GetParam();
+  const Problem problem = make_problem(g.batch, g.heads, g.seq, g.head_dim, g.layers, g.causal);
+  RunOptions options;
+  options.sampling.warmup = 0;
+  options.sampling.min_samples = 1;
+  options.sampling.max_samples = 1;
+  options.threads = g.threads;
+  options.check = false;
+  const int threads_before = omp_get_max_threads();
+  const std::vector<Row> rows = make_cpu_backend()->run(problem, kAllVariants, options);
+  omp_set_num_threads(threads_before);
+  ASSERT_EQ(rows.size(), kAllVariants.size());
+  for (const Row& row : rows) {
+    SCOPED_TRACE(std::string(to_string(row.variant)) + " " + problem.describe() + " threads " +
+                 std::to_string(row.threads));
+    ASSERT_EQ(row.status, Status::ok) << row.reason;
+    EXPECT_EQ(row.threads, g.threads);
+    const ModelledMemory model = model_memory(kCpu, problem, row.variant, cpu::Tiling{}, row.threads);
+    const double measured = double(row.measured.peak_bytes);
+    EXPECT_GT(measured, 0);
+    EXPECT_LE(std::abs(double(model.peak_bytes) - measured), 0.01 * measured)
+        << "model " << model.peak_bytes << " measured " << row.measured.peak_bytes;
+    EXPECT_EQ(model.kept_bytes, row.measured.kept_bytes);
+    EXPECT_EQ(model.by_tag.bytes, row.measured.by_tag.bytes)
+        << "model: " << describe_tags(model.by_tag) << "\nmeasured: " << describe_tags(row.measured.by_tag);
+    EXPECT_EQ(model.peak_phase, row.measured.peak_phase);
+  }
+}
+
+std::vector<GridPoint> grid() {
+  std::vector<GridPoint> points;
+  for (int64_t layers : {1, 3})
+    for (bool causal : {false, true})
+      for (int64_t seq : {1, 37, 131})
+        for (int threads : {1, 2}) points.push_back({1, 2, seq, 24, layers, causal, threads});
+  points.push_back({2, 3, 65, 40, 2, true, 2});  // B·H = 6, d not a multiple of the vector width
+  points.push_back({1, 1, 257, 8, 4, false, 1}); // N over two row blocks; small d: the N×N terms dominate
+  return points;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, ModelMatchesCpu, testing::ValuesIn(grid()),
+                         [](const testing::TestParamInfo<GridPoint>& info) {
+                           const GridPoint& g = info.param;
+                           return "B" + std::to_string(g.batch) + "H" + std::to_string(g.heads) + "N" +
+                                  std::to_string(g.seq) + "d" + std::to_string(g.head_dim) + "L" +
+                                  std::to_string(g.layers) + (g.causal ? "causal" : "full") + "T" +
+                                  std::to_string(g.threads);
+                         });
+
+// ---- the closed form against schedules counted by hand ----
+
+// B=1 H=2 N=100 d=16, fp32, T=1 and the default 64×128 tiles, counted element by element.
+TEST(MemoryModel, OneLayerCountedByHand) {
+  const Problem p = make_problem(1, 2, 100, 16, 1, false);
+  const int64_t X = 2 * 100 * 16 * 4;     // one [B,H,N,d] fp32 tensor [bytes]
+  const int64_t NN = 2 * 100 * 100 * 4;   // one [B,H,N,N] fp32 matrix [bytes]
+  const int64_t row = 2 * 100 * 4;        // one [B,H,N] fp32 vector [bytes]
+  const int64_t dP_rows = 1 * 64 * 100 * 4;  // T·Br·N floats [bytes]
+
+  // standard: forward keeps P, no workspace; backward peaks with X0, dO, P, dQ, dK, dV and dP rows
+  // (X_1 freed first).
+  ModelledMemory m = model_memory(kCpu, p, Variant::standard, cpu::Tiling{}, 1);
+  EXPECT_EQ(m.peak_bytes, 2 * X + NN + 3 * X + dP_rows);
+  EXPECT_EQ(m.peak_phase, Phase::bwd);
+  EXPECT_EQ(m.kept_bytes, NN);
+  EXPECT_EQ(m.by_tag[Tag::activation], 0);
+  EXPECT_EQ(m.by_tag[Tag::grad], 3 * X);
+
+  // v2: O (kept) and LSE; backward workspace D [BH,N] plus two 64×128 tiles.
+  m = model_memory(kCpu, p, Variant::v2, cpu::Tiling{}, 1);
+  EXPECT_EQ(m.kept_bytes, X + row);
+  EXPECT_EQ(m.peak_bytes, 2 * X + X + row + 3 * X + row + 2 * 64 * 128 * 4);
+  EXPECT_EQ(m.by_tag[Tag::kept], X + row);
+
+  // checkpoint: keeps nothing; its backward recomputes P and O into the workspace.
+  m = model_memory(kCpu, p, Variant::checkpoint, cpu::Tiling{}, 1);
+  EXPECT_EQ(m.kept_bytes, 0);
+  EXPECT_EQ(m.peak_bytes, 2 * X + 3 * X + NN + X + dP_rows);
+}
+
+// L = 3: kept state grows with L; the backward of the last layer carries dO (an input), the
+// others an extra grad buffer dX_{i+1}.
+TEST(MemoryModel, StackOfThreeLayers) {
+  const Problem p = make_problem(1, 1, 50, 8, 3, false);
+  const int64_t X = 50 * 8 * 4, NN = 50 * 50 * 4, dP_rows = 64 * 50 * 4;
+  const ModelledMemory m = model_memory(kCpu, p, Variant::standard, cpu::Tiling{}, 1);
+  // Layer 2's backward: X_1, X_2 alive, 3 P's, dQ dK dV.
+  const int64_t last_layer = 2 * X + 2 * X + 3 * NN + 3 * X + dP_rows;
+  // Layer 1's: X_1, 2 P's, dX_2 plus dQ dK dV — smaller by NN + X − X.
+  EXPECT_EQ(m.peak_bytes, last_layer);
+  EXPECT_EQ(m.kept_bytes, 3 * NN);
+  EXPECT_EQ(m.by_tag[Tag::activation], 2 * X);
+  EXPECT_EQ(m.by_tag[Tag::kept], 3 * NN);
+}
+
+// 16-bit storage halves inputs, activations and the N×N tensors, not fp32 gradients, row stats
+// or workspace; with checkpoint (nothing kept) the peak then moves to the second-to-last layer,
+// which holds one more fp32 gradient.
+TEST(MemoryModel, SixteenBitStorage) {
+  Problem p = make_problem(1, 2, 64, 16, 3, false);
+  const ModelledMemory fp32 = model_memory(kCpu, p, Variant::v1, cpu::Tiling{}, 1);
+  p.dtype = Dtype::fp16;
+  const ModelledMemory fp16 = model_memory(kCpu, p, Variant::v1, cpu::Tiling{}, 1);
+  const int64_t S32 = 2 * 64 * 64 * 4, stats = 2 * (2 * 64 * 4);
+  EXPECT_EQ(fp32.kept_bytes, 3 * (S32 + stats));
+  EXPECT_EQ(fp16.kept_bytes, 3 * (S32 / 2 + stats));
+  EXPECT_EQ(fp16.by_tag[Tag::input], 2 * (2 * 64 * 16 * 2));
+
+  const int64_t X16 = 2 * 64 * 16 * 2, G = 2 * 64 * 16 * 4;
+  const ModelledMemory checkpoint = model_memory(kCpu, p, Variant::checkpoint, cpu::Tiling{}, 1);
+  EXPECT_EQ(checkpoint.peak_phase, Phase::bwd);
+  EXPECT_EQ(checkpoint.by_tag[Tag::grad], 4 * G);
+  EXPECT_EQ(checkpoint.by_tag[Tag::activation], 1 * X16);
+}
+
+TEST(MemoryModel, InstantForAMillionTokens) {
+  const Problem p = make_problem(1, 32, 1 << 20, 128, 32, true);
+  const auto start = std::chrono::steady_clock::now();
+  for (Variant v : kAllVariants) {
+    const ModelledMemory m = model_memory(kCpu, p, v, cpu::Tiling{}, 16);
+    EXPECT_GT(m.peak_bytes, 0);
+    EXPECT_EQ(m.by_tag.total(), m.peak_bytes);
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.1);
+  // standard at N = 1M keeps 32 P's of 32 heads: 2^20·2^20·4·32·32 = 2^52 bytes.
+  EXPECT_EQ(model_memory(kCpu, p, Variant::standard, cpu::Tiling{}, 16).kept_bytes, int64_t{1} << 52);
+}
+
+// ---- pre-flight ----
+
+TEST(MemoryModel, DoesNotFitSaysHowMuch) {
+  EXPECT_FALSE(does_not_fit(100, 100));
+  const auto reason = does_not_fit(int64_t(66.0 * (1 << 30)), int64_t(21.3 * (1 << 30)));
+  ASSERT_TRUE(reason);
+  EXPECT_EQ(*reason, "needs 66.0 GiB, 21.3 GiB available");
+}
+
+// ---- fit ----
+
+TEST(Fit, LargestSequenceIsTight) {
+  const Problem p = make_problem(1, 8, 1, 64, 1, false);
+  const int64_t budget = int64_t{16} << 30;
+  for (Variant v : kAllVariants) {
+    SCOPED_TRACE(std::string(to_string(v)));
+    const FitResult r = fit_in_budget(kCpu, p, v, FitAxis::seq, budget, cpu::Tiling{}, 2);
+    ASSERT_GT(r.max_value, 0);
+    Problem at = p, beyond = p;
+    at.seq = r.max_value;
+    beyond.seq = r.max_value + 1;
+    EXPECT_EQ(r.model_peak_bytes, model_memory(kCpu, at, v, cpu::Tiling{}, 2).peak_bytes);
+    EXPECT_LE(r.model_peak_bytes, budget);
+    if (!r.at_axis_limit) EXPECT_GT(model_memory(kCpu, beyond, v, cpu::Tiling{}, 2).peak_bytes, budget);
+  }
+  const int64_t standard = fit_in_budget(kCpu, p, Variant::standard, FitAxis::seq, budget, cpu::Tiling{}, 2).max_value;
+  const int64_t v2 = fit_in_budget(kCpu, p, Variant::v2, FitAxis::seq, budget, cpu::Tiling{}, 2).max_value;
+  EXPECT_GT(v2, 5 * standard);  // O(N) kept state against O(N²)
+}
+
+TEST(Fit, BatchSearchAndNothingFits) {
+  Problem p = make_problem(1, 8, 4096, 64, 2, false);
+  const FitResult r = fit_in_budget(kCpu, p, Variant::v1, FitAxis::batch, int64_t{8} << 30, cpu::Tiling{}, 1);
+  ASSERT_GT(r.max_value, 0);
+  p.batch = r.max_value + 1;
+  EXPECT_GT(model_memory(kCpu, p, Variant::v1, cpu::Tiling{}, 1).peak_bytes, int64_t{8} << 30);
+
+  const FitResult none = fit_in_budget(kCpu, p, Variant::standard, FitAxis::seq, 1000, cpu::Tiling{}, 1);
+  EXPECT_EQ(none.max_value, 0);
+  EXPECT_EQ(none.model_peak_bytes, 0);
+}
+
+// ---- presets ----
+
+const PresetRow& find_row(const Preset& preset, const std::string& quantity) {
+  for (const PresetRow& row : preset.rows)
+    if (row.quantity == quantity) return row;
+  throw std::runtime_error("no row " + quantity);
+}
+
+TEST(Presets, Seed002FormulaPrintedAndFlags) {
+  const Preset preset = make_preset("seed-002", cpu::Tiling{}, 2);
+  constexpr double MiB = 1 << 20, GiB = 1 << 30;
+  EXPECT_DOUBLE_EQ(*find_row(preset, "O per layer (V2)").formula, 1.00 * MiB);
+  EXPECT_DOUBLE_EQ(*find_row(preset, "temporary buffers per layer (V2)").formula, 4.00 * MiB);
+  EXPECT_DOUBLE_EQ(*find_row(preset, "V2 total per layer").formula, 6.00 * MiB);
+  EXPECT_NEAR(*find_row(preset, "V2 total, 32 layers").formula / GiB, 0.19, 0.005);
+  EXPECT_DOUBLE_EQ(*find_row(preset, "V1 extra per layer (S)").formula, 32.00 * MiB);
+  EXPECT_DOUBLE_EQ(*find_row(preset, "standard total, 32 layers").formula, 1.00 * GiB);
+  // With 32 heads one fp16 N×N matrix per layer is 1 GiB.
+  EXPECT_DOUBLE_EQ(*find_row(preset, "V1 extra per layer (S)").head_aware, 1.00 * GiB);
+  EXPECT_EQ(find_row(preset, "V1 extra per layer (S)").published_text, "128.00 MB");
+
+  const std::vector<std::string> flagged = {"V1 extra per layer (S)", "V1 total, 32 layers",
+                                            "standard per layer (\"S and P\")", "standard total, 32 layers",
+                                            "V2 saving vs standard"};
+  for (const PresetRow& row : preset.rows) {
+    const bool expected = std::find(flagged.begin(), flagged.end(), row.quantity) != flagged.end();
+    EXPECT_EQ(row.mismatch, expected) << row.quantity;
+    EXPECT_EQ(row.explanation.empty(), !expected) << row.quantity;
+    EXPECT_TRUE(row.flashbench.has_value()) << row.quantity;
+  }
+}
+
+TEST(Presets, Seed000AndSeed003) {
+  const Preset s000 = make_preset("seed-000", cpu::Tiling{}, 1);
+  EXPECT_DOUBLE_EQ(*find_row(s000, "P elements per head").formula, 1073741824.0);
+  EXPECT_NEAR(*find_row(s000, "P per head, fp16").formula / 1e9, 2.15, 0.005);
+  EXPECT_TRUE(find_row(s000, "P per head, fp16").mismatch);  // printed 2.14
+  EXPECT_NEAR(*find_row(s000, "P per layer, 32 heads, fp16").formula / 1e9, 68.7, 0.05);
+  EXPECT_FALSE(find_row(s000, "P per layer, 32 heads, fp16").mismatch);  // "nearly 70 GB"
+  EXPECT_DOUBLE_EQ(*find_row(s000, "m and l per head, fp32").formula, 256.0 * 1024);
+  EXPECT_FALSE(find_row(s000, "m and l per head, fp32").mismatch);
+
+  const Preset s003 = make_preset("seed-003", cpu::Tiling{}, 1);
+  const PresetRow& p = find_row(s003, "P per head, fp16");
+  EXPECT_DOUBLE_EQ(*p.formula, 32.0 * (1 << 30));
+  EXPECT_NEAR(*p.formula / 1e9, 34.4, 0.05);
+  EXPECT_TRUE(p.mismatch);  // "about 32 GB" is GiB
+  EXPECT_THROW(make_preset("seed-001", cpu::Tiling{}, 1), UsageError);
+}
+
+}  // namespace
+}  // namespace flashbench
