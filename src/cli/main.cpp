@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 
 #include "cli/commands.hpp"
 #include "flashbench/config.hpp"
@@ -21,7 +22,18 @@ int main(int argc, char** argv) {
   cli::register_info(app);
   cli::register_model(app);
   cli::register_fit(app);
+  cli::register_compare(app);
   try {
+    // CLI11 would only say "A subcommand is required"; name the word it did not know.
+    std::string known;
+    bool is_known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+      is_known |= argc > 1 && sub->get_name() == argv[1];
+    }
+    if (argc > 1 && argv[1][0] != '-' && !is_known) {
+      throw UsageError(fmt::format("unknown command '{}' (expected one of: {})", argv[1], known));
+    }
     app.parse(argc, argv);
     return cli::run_selected(app, argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Bad input gets one clear line on stderr and exit code 2 (usage) or 1 (runtime); nothing is
+half-written.
+
+usage: cli_errors_test.py FLASHBENCH_BINARY SOURCE_DIR
+"""
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+failures = 0
+
+
+def expect(args, code, needle, binary):
+    global failures
+    result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    ok = result.returncode == code and len(lines) == 1 and needle in result.stderr
+    if not ok:
+        failures += 1
+    print(f"{'ok' if ok else 'FAIL'} {' '.join(args)!r}: exit {result.returncode}, stderr {result.stderr.strip()!r}")
+    return result
+
+
+def main():
+    binary = sys.argv[1]
+    checks = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        good = tmp / "good.npy"
+        np.save(good, np.ones((1, 1, 4, 8), dtype=np.float32))
+        (tmp / "bad.npy").write_bytes(b"not a numpy file at all")
+        np.save(tmp / "int.npy", np.ones((1, 1, 4, 8), dtype=np.int32))
+        np.save(tmp / "threed.npy", np.ones((1, 4, 8), dtype=np.float32))
+        cases = [
+            (["run", "--seq", "0"], 2, "--seq"),
+            (["run", "--seq", "-5"], 2, "--seq"),
+            (["run", "--seq", "abc"], 2, "--seq"),
+            (["run", "--seq", "99999999999"], 2, "--seq"),
+            (["run", "--heads", "0"], 2, "--heads"),
+            (["run", "--head-dim", "300"], 2, "--head-dim"),
+            (["run", "--variant", "v3"], 2, "v3"),
+            (["run", "--format", "xml", "--seq", "8"], 2, "xml"),
+            (["run", "--threads", "0"], 2, "--threads"),
+            (["run", "--config", str(tmp / "missing.json")], 2, "missing.json"),
+            (["run", "--mem-limit", "lots"], 2, "lots"),
+            (["grad", "--q", str(tmp / "missing.npy"), "--k", str(good), "--v", str(good), "--do", str(good),
+              "--out", str(tmp / "o1")], 2, "missing.npy"),
+            (["grad", "--q", str(tmp / "bad.npy"), "--k", str(good), "--v", str(good), "--do", str(good),
+              "--out", str(tmp / "o2")], 2, "bad.npy"),
+            (["grad", "--q", str(tmp / "int.npy"), "--k", str(good), "--v", str(good), "--do", str(good),
+              "--out", str(tmp / "o3")], 2, "int.npy"),
+            (["grad", "--q", str(tmp / "threed.npy"), "--k", str(good), "--v", str(good), "--do", str(good),
+              "--out", str(tmp / "o4")], 2, "threed.npy"),
+            (["grad", "--variant", "flash", "--q", str(good), "--k", str(good), "--v", str(good), "--do", str(good),
+              "--out", str(tmp / "o5")], 2, "flash"),
+            (["bogus-command"], 2, "bogus"),
+        ]
+        for args, code, needle in cases:
+            expect(args, code, needle, binary)
+            checks += 1
+        # Failed grad calls leave no output directory contents behind.
+        for name in ("o1", "o2", "o3", "o4", "o5"):
+            checks += 1
+            leftovers = list((tmp / name).glob("*")) if (tmp / name).exists() else []
+            if leftovers:
+                global failures
+                failures += 1
+                print(f"FAIL {name} has leftovers {leftovers}")
+        # A report that cannot be written fails at runtime (exit 1) and leaves no partial file.
+        target = tmp / "no-such-dir" / "out.json"
+        expect(["run", "--seq", "8", "--heads", "1", "--format", "json", "--out", str(target),
+                "--min-samples", "5", "--max-time", "0.1"], 1, "no-such-dir", binary)
+        checks += 1
+        if target.exists():
+            failures += 1
+    print(f"{checks - failures} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

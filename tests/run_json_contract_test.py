@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""`flashbench run --format json` follows DESIGN.md's JSON contract, and its numbers hang together:
+the tag split adds up to the peak, every variant is checked against standard, the model matches.
+
+usage: run_json_contract_test.py FLASHBENCH_BINARY SOURCE_DIR
+"""
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+TAGS = ("input", "activation", "kept", "workspace", "grad")
+TIMING = ("median_ms", "mean_ms", "stddev_ms", "min_ms", "max_ms", "samples_ms")
+failures = 0
+checks = 0
+
+
+def check(condition, what):
+    global failures, checks
+    checks += 1
+    if not condition:
+        failures += 1
+    print(f"{'ok' if condition else 'FAIL'} {what}")
+
+
+def main():
+    binary = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        subprocess.run([binary, "run", "--seq", "33,70", "--heads", "2", "--batch", "2", "--head-dim", "24",
+                        "--layers", "1,2", "--causal", "--format", "json", "--out", str(out),
+                        "--max-time", "0.2"], check=True)
+        document = json.loads(out.read_text())
+    check(document.get("schema_version") == 1, "schema_version is 1")
+    meta = document.get("meta", {})
+    for key in ("tool", "version", "git", "argv", "build", "host", "time"):
+        check(key in meta, f"meta has {key}")
+    rows = document.get("rows", [])
+    check(len(rows) == 16, f"16 rows (4 problems x 4 variants), got {len(rows)}")
+    for row in rows:
+        name = f"{row.get('variant')} N={row.get('problem', {}).get('seq')}"
+        for key in ("backend", "variant", "problem", "status", "timing", "throughput", "memory"):
+            check(key in row, f"{name}: has {key}")
+        problem = row["problem"]
+        check("check" in row or (row["variant"] == "standard" and problem["layers"] > 1), f"{name}: has check")
+        for key in ("batch", "heads", "seq", "head_dim", "layers", "causal", "dtype"):
+            check(key in problem, f"{name}: problem.{key}")
+        check(row["status"] == "ok", f"{name}: status ok")
+        for phase in ("fwd", "bwd"):
+            timing = row["timing"][phase]
+            check(all(k in timing for k in TIMING), f"{name}: timing.{phase} keys")
+            check(len(timing["samples_ms"]) >= 5, f"{name}: at least 5 {phase} samples")
+            check(timing["min_ms"] <= timing["median_ms"] <= timing["max_ms"], f"{name}: {phase} min <= median <= max")
+        check(row["throughput"]["fwd_tflops"] > 0 and row["throughput"]["bwd_tflops"] > 0, f"{name}: throughput")
+        measured, model = row["memory"]["measured"], row["memory"]["model"]
+        check(sum(measured["by_tag"][t] for t in TAGS) == measured["peak_bytes"], f"{name}: measured tags add up")
+        check(sum(model["by_tag"][t] for t in TAGS) == model["peak_bytes"], f"{name}: model tags add up")
+        check(measured["peak_phase"] in ("fwd", "bwd"), f"{name}: peak_phase")
+        check(abs(model["peak_bytes"] - measured["peak_bytes"]) <= 0.01 * measured["peak_bytes"],
+              f"{name}: model peak within 1% of measured")
+        check(model["kept_bytes"] == measured["kept_bytes"], f"{name}: kept bytes agree")
+        if row["variant"] != "standard":
+            check(row["check"]["reference"] == "standard", f"{name}: checked against standard")
+            check(row["check"]["max_rel_err"] < 1e-4, f"{name}: max_rel_err {row['check']['max_rel_err']:.1e}")
+        elif problem["layers"] == 1:
+            check(row["check"]["reference"] == "float64 rows", f"{name}: standard spot-checked against float64")
+            check(row["check"]["max_rel_err"] < 1e-5, f"{name}: max_rel_err {row['check']['max_rel_err']:.1e}")
+    print(f"{checks - failures} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
