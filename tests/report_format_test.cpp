@@ -104,7 +104,7 @@ TEST(ReportTable, NoisyMeasurementIsWarned) {
   rows[0].bwd = summarize({1.2, 2.8, 2.0, 1.3, 2.7, 2.0, 1.4}, 0.02);
   const std::string text = render("table", rows);
   EXPECT_NE(text.find("warning: standard: bwd noise"), std::string::npos) << text;
-  EXPECT_NE(text.find("above the 2.0% target after 7 samples"), std::string::npos) << text;
+  EXPECT_NE(text.find("above the 2.00% target after 7 samples"), std::string::npos) << text;
 }
 
 TEST(ReportMarkdown, PinnedText) {

@@ -19,5 +19,6 @@ void register_grad(CLI::App& app);
 void register_info(CLI::App& app);
 void register_model(CLI::App& app);  // model.cpp
 void register_fit(CLI::App& app);    // fit.cpp
+void register_compare(CLI::App& app);  // compare.cpp
 
 }  // namespace flashbench::cli

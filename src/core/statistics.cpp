@@ -60,7 +60,7 @@ std::vector<std::string> timing_warnings(const TimingSummary& summary, std::stri
   std::vector<std::string> warnings;
   if (summary.count() == 0) return warnings;
   if (summary.noisy)
-    warnings.push_back(fmt::format("{} noise {:.1f}% above the {:.1f}% target after {} samples", phase,
+    warnings.push_back(fmt::format("{} noise {:.2f}% above the {:.2f}% target after {} samples", phase,
                                    100 * summary.median_noise, 100 * summary.noise_target, summary.count()));
   if (summary.first_outlier)
     warnings.push_back(fmt::format("{} first sample {:.2f}x the median (cold start; more --warmup?)", phase,
