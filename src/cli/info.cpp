@@ -5,6 +5,7 @@
 
 #include "cli/commands.hpp"
 #include "flashbench/errors.hpp"
+#include "flashbench/peak.hpp"
 #include "flashbench/report.hpp"
 
 namespace flashbench::cli {
@@ -38,12 +39,31 @@ std::string_view cpu_simd() {
 
 struct InfoOptions {
   std::string format = "table";
+  bool peak = false;        // measure the fp32 FMA and sgemm ceilings (about a second)
+  int threads = 0;          // for --peak; 0: all
+  int64_t peak_size = 2048; // n of the n×n×n sgemm
 };
+
+nlohmann::ordered_json peak_json(const PeakReport& peak) {
+  nlohmann::ordered_json j;
+  j["threads"] = peak.threads;
+  j["simd"] = peak.simd;
+  j["fma_gflops"] = peak.fma_gflops;
+  j["fma_gflops_best"] = peak.fma_gflops_best;
+  j["sgemm_size"] = peak.sgemm_size;
+  j["sgemm_gflops"] = peak.sgemm_gflops;
+  j["sgemm_gflops_best"] = peak.sgemm_gflops_best;
+  j["openblas_sgemm_gflops"] = peak.openblas_gflops ? nlohmann::ordered_json(*peak.openblas_gflops) : nullptr;
+  j["openblas_core"] = peak.openblas_core;
+  return j;
+}
 
 int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
   nlohmann::ordered_json info = make_meta(argv);
   info["host"]["simd_cpu"] = cpu_simd();
   info["build"]["simd"] = compiled_simd();
+  if (options.threads < 0) throw UsageError(fmt::format("--threads must be at least 1 (got {})", options.threads));
+  if (options.peak) info["peak"] = peak_json(measure_peak(options.threads, options.peak_size));
   if (options.format == "json") {
     std::cout << info.dump(2) << "\n";
     return 0;
@@ -61,6 +81,17 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
   fmt::print("cores        {}\n", host["cores"].get<int>());
   fmt::print("OpenMP       {} threads\n", host["omp_threads"].get<int>());
   if (info.contains("gpu")) fmt::print("GPU          {}\n", info["gpu"].dump());
+  if (info.contains("peak")) {
+    const auto& peak = info["peak"];
+    fmt::print("FMA peak     {:.0f} GFLOP/s fp32 ({} threads, {}; fastest repetition {:.0f})\n",
+               peak["fma_gflops"].get<double>(), peak["threads"].get<int>(), peak["simd"].get<std::string>(),
+               peak["fma_gflops_best"].get<double>());
+    fmt::print("sgemm peak   {:.0f} GFLOP/s flashbench gemm, {}^3 (fastest {:.0f})\n", peak["sgemm_gflops"].get<double>(),
+               peak["sgemm_size"].get<int64_t>(), peak["sgemm_gflops_best"].get<double>());
+    if (!peak["openblas_sgemm_gflops"].is_null())
+      fmt::print("OpenBLAS     {:.0f} GFLOP/s sgemm, same product (kernel {})\n",
+                 peak["openblas_sgemm_gflops"].get<double>(), peak["openblas_core"].get<std::string>());
+  }
   return 0;
 }
 
@@ -70,6 +101,9 @@ void register_info(CLI::App& app) {
   auto options = std::make_shared<InfoOptions>();
   CLI::App* sub = app.add_subcommand("info", "Version, build, CPU, threads, SIMD level and CUDA support");
   sub->add_option("--format", options->format, "table or json")->capture_default_str();
+  sub->add_flag("--peak", options->peak, "Measure this machine's fp32 FMA and sgemm peak [GFLOP/s]");
+  sub->add_option("--threads", options->threads, "Threads for --peak (default: all)");
+  sub->add_option("--peak-size", options->peak_size, "n of the n^3 sgemm for --peak")->capture_default_str();
   set_action(sub, [options](const std::vector<std::string>& argv) { return run_info(*options, argv); });
 }
 
