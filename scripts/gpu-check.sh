@@ -15,7 +15,8 @@ build=${2:-$root/build-gpu}
 mkdir -p "$out"
 jobs=$(nproc)
 
-cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHBENCH_CUDA=ON)
+# The python3 on PATH (the one with numpy, e.g. a framework's environment) runs the CLI tests.
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHBENCH_CUDA=ON -DPython3_EXECUTABLE="$(command -v python3)")
 deps=$root/.deps
 if [ -d "$deps/include" ]; then
   cmake_args+=(-DFLASHBENCH_DEPS_DIR="$deps")

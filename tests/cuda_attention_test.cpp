@@ -120,6 +120,21 @@ StackOut reference_stack(const Problem& p, const std::vector<double>& X0, const 
   return {X[L], grad};
 }
 
+// The largest |S_ij| = scale·|X_i·X_j| of the first layer (the layer that sees the raw inputs).
+double max_abs_score(const Problem& p, const std::vector<double>& X0) {
+  const int64_t N = p.seq, d = p.head_dim;
+  const double scale = 1.0 / std::sqrt(double(d));
+  double largest = 0;
+  for (int64_t h = 0; h < p.heads_total(); ++h)
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double dot = 0;
+        for (int64_t k = 0; k < d; ++k) dot += X0[(h * N + i) * d + k] * X0[(h * N + j) * d + k];
+        largest = std::max(largest, std::fabs(scale * dot));
+      }
+  return largest;
+}
+
 double relative_error(const std::vector<float>& x, const std::vector<double>& ref) {
   double max_diff = 0, max_ref = 0;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -178,13 +193,17 @@ TEST_P(CudaVsFloat64, StackMatchesReference) {
   const double error = std::max(relative_error(gpu.output, exact.output), relative_error(gpu.input_grad, exact.input_grad));
   ASSERT_TRUE(std::isfinite(error)) << "non-finite output or gradient";
 
+  // exp(S − LSE) in fp32 carries a relative error of about |S|·2⁻²⁴ whatever the implementation
+  // (the exponential's condition number is its argument), so with large logits the bound grows
+  // with the largest |S|; for ordinary inputs (|S| ≈ sqrt(d)) the fp32 bar stays 1e-5.
+  const double logit_bound = 8.0 * max_abs_score(problem, X0_exact) * std::ldexp(1.0, -24);
   if (c.dtype == Dtype::fp32) {
-    EXPECT_LE(error, 1e-5) << "fp32 error against float64";
+    EXPECT_LE(error, std::max(1e-5, logit_bound)) << "fp32 error against float64";
   } else {
     const StackOut naive = reference_stack(problem, X0_exact, dO_exact, true);
     const double naive_error = std::max(relative_error(naive.output, exact.output),
                                         relative_error(naive.input_grad, exact.input_grad));
-    EXPECT_LE(error, 3.0 * naive_error + 1e-6)
+    EXPECT_LE(error, 3.0 * naive_error + logit_bound + 1e-6)
         << "error " << error << " vs naive " << to_string(c.dtype) << " error " << naive_error;
   }
 }
