@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "flashbench/cpu/gemm.hpp"
+#include "flashbench/cpu/vector_math.hpp"
 
 // Per head h, with N rows of d features:
 //   forward   S = scale·Q·Kᵀ, P = softmax(S) row-wise (masked entries 0), O = P·V
@@ -51,17 +52,45 @@ float* thread_slice(float* workspace, int64_t per_thread) {
 
 // row[0:visible] = softmax(row[0:visible]); row[visible:width] = 0.
 void softmax_row(float* row, int64_t visible, int64_t width) {
-  float row_max = kNegInf;
-  for (int64_t j = 0; j < visible; ++j) row_max = std::max(row_max, row[j]);
-  float sum = 0.0f;
-  for (int64_t j = 0; j < visible; ++j) {
-    row[j] = std::exp(row[j] - row_max);
-    sum += row[j];
-  }
-  const float inverse = 1.0f / sum;
-  for (int64_t j = 0; j < visible; ++j) row[j] *= inverse;
+  const float max = row_max(row, visible);
+  const float sum = exp_scaled_shifted_sum(row, visible, 1.0f, max);
+  scale_row(row, visible, 1.0f / sum);
   std::fill(row + visible, row + width, 0.0f);
 }
+
+// Σ_j exp(row[j] − shift) over row[0:n], row unchanged.
+float exp_shifted_sum(const float* row, int64_t n, float shift) {
+  using namespace simd;
+  vec sum{};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) sum += simd::exp(load(row + j) - shift);
+  if (j < n) sum += simd::exp(load_partial(row + j, n - j, kNegInf) - shift);
+  return reduce_sum(sum);
+}
+
+// out[0:visible] = exp(in[0:visible] − shift) · factor; out[visible:width] = 0. (out may be in.)
+void exp_shifted_scaled(const float* in, float* out, int64_t visible, int64_t width, float shift, float factor) {
+  using namespace simd;
+  int64_t j = 0;
+  for (; j + kLanes <= visible; j += kLanes) store(out + j, simd::exp(load(in + j) - shift) * factor);
+  if (j < visible) store_partial(out + j, simd::exp(load_partial(in + j, visible - j) - shift) * factor, visible - j);
+  std::fill(out + visible, out + width, 0.0f);
+}
+
+// dst[c, r] = factor · src[r, c] for src [rows, cols] (leading dim ld_src) into dst [cols, ·]
+// (leading dim ld_dst); dst[c, rows:rows_padded] = 0, so a padded tile holds only finite values.
+void transpose(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float factor, float* dst,
+               int64_t ld_dst, int64_t rows_padded) {
+  constexpr int64_t kBlock = 16;  // a 16 × 16 block of floats: one cache line per source row
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock)
+      for (int64_t c = c0; c < std::min(cols, c0 + kBlock); ++c)
+        for (int64_t r = r0; r < std::min(rows, r0 + kBlock); ++r) dst[c * ld_dst + r] = factor * src[r * ld_src + c];
+  for (int64_t c = 0; c < cols; ++c) std::fill(dst + c * ld_dst + rows, dst + c * ld_dst + rows_padded, 0.0f);
+}
+
+// n rounded up to whole SIMD registers.
+int64_t padded_to_lanes(int64_t n) { return (n + simd::kLanes - 1) / simd::kLanes * simd::kLanes; }
 
 // Tensors of one head.
 struct HeadPointers {
@@ -135,12 +164,8 @@ void v1_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
     for (int64_t i = r0; i < r1; ++i) {
       const float* row = S_rows + (i - r0) * N;
       const int64_t visible = visible_columns(s, i);
-      float row_max = kNegInf;
-      for (int64_t j = 0; j < visible; ++j) row_max = std::max(row_max, row[j]);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < visible; ++j) sum += std::exp(row[j] - row_max);
-      m_rows[i - r0] = row_max;
-      l_rows[i - r0] = sum;
+      m_rows[i - r0] = row_max(row, visible);
+      l_rows[i - r0] = exp_shifted_sum(row, visible, m_rows[i - r0]);
     }
     float* P_tile = thread_slice(workspace, Br * Bc);
     float* O_rows = O + h * N * d + r0 * d;
@@ -150,9 +175,7 @@ void v1_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
         const float* S_row = S_rows + (i - r0) * N + c0;
         float* P_row = P_tile + (i - r0) * Bc;
         const int64_t visible = std::clamp<int64_t>(visible_columns(s, i) - c0, 0, width);
-        const float row_max = m_rows[i - r0], inverse_sum = 1.0f / l_rows[i - r0];
-        for (int64_t j = 0; j < visible; ++j) P_row[j] = std::exp(S_row[j] - row_max) * inverse_sum;
-        std::fill(P_row + visible, P_row + width, 0.0f);
+        exp_shifted_scaled(S_row, P_row, visible, width, m_rows[i - r0], 1.0f / l_rows[i - r0]);
       }
       gemm(Op::none, Op::none, rows, d, width, 1.0f, P_tile, Bc, head.V + c0 * d, d, c0 == 0 ? 0.0f : 1.0f,
            O_rows, d);
@@ -162,56 +185,90 @@ void v1_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
 
 // ---------------------------------------------------------------------------------------------
 // v2 forward: online softmax over column tiles; keeps O and LSE = m + log(l).
+//
+// A work item is (head, row block r of Br rows). The tile is computed transposed, Sᵀ = K_c·(scale·Q_r)ᵀ
+// [Bc, Br], so that every matrix product reads its operands in place (no packing: Q_rᵀ is transposed
+// once per item) and the softmax statistics of Br rows are SIMD registers across each tile row:
+//   Sᵀ_tile = K_c · Q̃ᵀ          with Q̃ᵀ = scale·Q_rᵀ [d, Br]
+//   m' = max(m, max_j S_ij),  α = exp(m − m'),  Pᵀ_tile = exp(Sᵀ_tile − m'),  l' = α·l + Σ_j P_ij
+//   O_r = α ∘ O_r + (Pᵀ_tile)ᵀ · V_c
+// Per thread (the working set that stays in L2): Q̃ᵀ, the tile, m, l, α, plus the K_c and V_c tiles
+// and the O_r rows it reads: (d·Br' + Bc·Br' + 3·Br') floats of workspace, Br' = Br padded to a
+// SIMD register.
+
+struct V2ForwardScratch {
+  float* Qt;          // [d, Br']  scale·Q_rᵀ, zero past the block's rows
+  float* St;          // [Bc, Br'] Sᵀ of one tile, then Pᵀ
+  float* row_max;     // [Br'] m
+  float* row_sum;     // [Br'] l
+  float* correction;  // [Br'] α of the latest tile
+  static int64_t elements(const LayerShape& s, const Tiling& t) {
+    const int64_t Brp = padded_to_lanes(t.row_block);
+    return s.head_dim * Brp + t.col_block * Brp + 3 * Brp;
+  }
+  static V2ForwardScratch of(float* base, const LayerShape& s, const Tiling& t) {
+    const int64_t Brp = padded_to_lanes(t.row_block);
+    float* Qt = base;
+    float* St = Qt + s.head_dim * Brp;
+    float* row_max = St + t.col_block * Brp;
+    return {Qt, St, row_max, row_max + Brp, row_max + 2 * Brp};
+  }
+};
+
+// The online-softmax step over one transposed tile St [width, Br'] (leading dim Br'), all Br' rows
+// at once, kLanes rows per register. Padded rows hold finite values and are never read back.
+void online_softmax_step(float* St, int64_t width, int64_t Brp, float* row_max, float* row_sum, float* correction) {
+  using namespace simd;
+  for (int64_t i0 = 0; i0 < Brp; i0 += kLanes) {
+    const vec old_max = load(row_max + i0);
+    vec new_max = old_max;
+    for (int64_t j = 0; j < width; ++j) new_max = simd::max(new_max, load(St + j * Brp + i0));
+    // Every row sees column 0 in its first tile, so new_max is finite; exp(-inf − finite) = 0.
+    const vec alpha = simd::exp(old_max - new_max);
+    vec sum = load(row_sum + i0) * alpha;
+    for (int64_t j = 0; j < width; ++j) {
+      const vec p = simd::exp(load(St + j * Brp + i0) - new_max);
+      store(St + j * Brp + i0, p);
+      sum += p;
+    }
+    store(row_max + i0, new_max);
+    store(row_sum + i0, sum);
+    store(correction + i0, alpha);
+  }
+}
 
 void v2_forward(const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V, float* O,
                 float* lse, float* workspace) {
-  const int64_t N = s.seq, d = s.head_dim, Br = t.row_block, Bc = t.col_block;
+  const int64_t N = s.seq, d = s.head_dim, Br = t.row_block, Bc = t.col_block, Brp = padded_to_lanes(Br);
+  const int64_t per_thread = V2ForwardScratch::elements(s, t);
   parallel_over_blocks(s.heads_total, block_count(N, Br), [&](int64_t h, int64_t rb) {
     const int64_t r0 = rb * Br, r1 = std::min(N, r0 + Br), rows = r1 - r0;
-    const int64_t columns = s.causal ? r1 : N;
+    const int64_t columns = s.causal ? r1 : N;  // no row of the block sees past column r1-1
     const HeadPointers head = HeadPointers::of(s, h, Q, K, V);
-    float* tile = thread_slice(workspace, Br * Bc + 2 * Br);  // S, then P, of one tile [Br, Bc]
-    float* running_max = tile + Br * Bc;                      // m of the columns seen so far [Br]
-    float* running_sum = running_max + Br;                    // l of the columns seen so far [Br]
+    const V2ForwardScratch w = V2ForwardScratch::of(thread_slice(workspace, per_thread), s, t);
     float* O_rows = O + h * N * d + r0 * d;
-    std::fill(running_max, running_max + rows, kNegInf);
-    std::fill(running_sum, running_sum + rows, 0.0f);
+    transpose(head.Q + r0 * d, d, rows, d, s.scale, w.Qt, Brp, Brp);
+    std::fill(w.row_max, w.row_max + Brp, kNegInf);
+    std::fill(w.row_sum, w.row_sum + Brp, 0.0f);
     for (int64_t c0 = 0; c0 < columns; c0 += Bc) {
       const int64_t width = std::min(Bc, columns - c0);
-      gemm(Op::none, Op::transpose, rows, width, d, s.scale, head.Q + r0 * d, d, head.K + c0 * d, d, 0.0f, tile,
-           Bc);
-      for (int64_t i = r0; i < r1; ++i) {
-        float* row = tile + (i - r0) * Bc;
-        // The first tile always holds column 0, which every row sees, so m is finite after it.
-        const int64_t visible = std::clamp<int64_t>(visible_columns(s, i) - c0, 0, width);
-        float tile_max = kNegInf;
-        for (int64_t j = 0; j < visible; ++j) tile_max = std::max(tile_max, row[j]);
-        const float old_max = running_max[i - r0];
-        const float new_max = std::max(old_max, tile_max);
-        float tile_sum = 0.0f;
-        for (int64_t j = 0; j < visible; ++j) {
-          row[j] = std::exp(row[j] - new_max);
-          tile_sum += row[j];
-        }
-        std::fill(row + visible, row + width, 0.0f);
-        if (c0 > 0) {  // rescale what earlier tiles accumulated: O and l were relative to old_max
-          const float correction = std::exp(old_max - new_max);
-          float* O_row = O_rows + (i - r0) * d;
-          for (int64_t k = 0; k < d; ++k) O_row[k] *= correction;
-          running_sum[i - r0] *= correction;
-        }
-        running_sum[i - r0] += tile_sum;
-        running_max[i - r0] = new_max;
+      // Sᵀ_tile [width, Br'] = K_c [width, d] · Q̃ᵀ [d, Br']
+      gemm(Op::none, Op::none, width, Brp, d, 1.0f, head.K + c0 * d, d, w.Qt, Brp, 0.0f, w.St, Brp);
+      if (s.causal && c0 + width - 1 > r0) {
+        // A diagonal tile: column c0+j is masked for the rows before it.
+        for (int64_t j = 0; j < width; ++j)
+          std::fill(w.St + j * Brp, w.St + j * Brp + std::clamp<int64_t>(c0 + j - r0, 0, rows), kNegInf);
       }
-      // The first tile overwrites O (beta = 0): O holds whatever the buffer held before.
-      gemm(Op::none, Op::none, rows, d, width, 1.0f, tile, Bc, head.V + c0 * d, d, c0 == 0 ? 0.0f : 1.0f, O_rows,
-           d);
+      online_softmax_step(w.St, width, Brp, w.row_max, w.row_sum, w.correction);
+      if (c0 > 0)  // what earlier tiles accumulated in O was relative to the old maximum
+        for (int64_t i = 0; i < rows; ++i) scale_row(O_rows + i * d, d, w.correction[i]);
+      // O_r (+)= (Pᵀ_tile)ᵀ · V_c; the first tile overwrites O (beta = 0), which held anything before.
+      gemm(Op::transpose, Op::none, rows, d, width, 1.0f, w.St, Brp, head.V + c0 * d, d, c0 == 0 ? 0.0f : 1.0f,
+           O_rows, d);
     }
-    for (int64_t i = r0; i < r1; ++i) {
-      const float inverse_sum = 1.0f / running_sum[i - r0];
-      float* O_row = O_rows + (i - r0) * d;
-      for (int64_t k = 0; k < d; ++k) O_row[k] *= inverse_sum;
-      lse[h * N + i] = running_max[i - r0] + std::log(running_sum[i - r0]);
+    for (int64_t i = 0; i < rows; ++i) {
+      scale_row(O_rows + i * d, d, 1.0f / w.row_sum[i]);
+      lse[h * N + r0 + i] = w.row_max[i] + std::log(w.row_sum[i]);
     }
   });
 }
@@ -250,8 +307,7 @@ void materialised_backward(const LayerShape& s, const Tiling& t, const float* Q,
       float* P_row = P_rows + (i - r0) * N;
       const float* dP_row = dP_rows + (i - r0) * N;
       const int64_t visible = visible_columns(s, i);
-      float D = 0.0f;
-      for (int64_t j = 0; j < visible; ++j) D += P_row[j] * dP_row[j];
+      const float D = dot(P_row, dP_row, visible);
       for (int64_t j = 0; j < visible; ++j) P_row[j] *= dP_row[j] - D;  // P_row now holds dS
     }
     // S_ij = scale·Q_i·K_j, so dQ_i = scale·Σ_j dS_ij·K_j
@@ -275,15 +331,36 @@ void v1_recompute_probabilities(const LayerShape& s, const Tiling& t, float* S, 
     for (int64_t i = r0; i < r1; ++i) {
       float* row = S + h * N * N + i * N;
       const int64_t visible = visible_columns(s, i);
-      const float row_max = m[h * N + i], inverse_sum = 1.0f / l[h * N + i];
-      for (int64_t j = 0; j < visible; ++j) row[j] = std::exp(row[j] - row_max) * inverse_sum;
-      std::fill(row + visible, row + N, 0.0f);
+      exp_shifted_scaled(row, row, visible, N, m[h * N + i], 1.0f / l[h * N + i]);
     }
   });
 }
 
 // ---------------------------------------------------------------------------------------------
 // v2 backward (FlashAttention-2 style): S and P recomputed per tile from Q, K and LSE.
+// For column block c (K_c, V_c fixed) and each row block r:
+//   S_tile  = Q_r · K̃ᵀ_c            K̃ᵀ_c = scale·K_cᵀ [d, Bc], transposed once per column block
+//   P_tile  = exp(S_tile − LSE_r)    (masked → 0)                                      [Br, Bc]
+//   dP_tile = dO_r · Vᵀ_c            Vᵀ_c [d, Bc], transposed once per column block
+//   dS_tile = P_tile ∘ (dP_tile − D_r)                                                 [Br, Bc]
+//   dV_c += P_tileᵀ·dO_r,  dK_c += scale·dS_tileᵀ·Q_r,  dQ_r += scale·dS_tile·K_c
+// Every product reads its operands in place. Per thread: the P and dS tiles and K̃ᵀ_c, Vᵀ_c:
+// 2·Br·Bc + 2·d·Bc floats of workspace; with the K_c, V_c, dK_c, dV_c rows and one row block of
+// Q, dO, dQ that is the working set kept in L2.
+
+struct V2BackwardScratch {
+  float* P;    // [Br, Bc]
+  float* dS;   // [Br, Bc] dP, then dS
+  float* Kt;   // [d, Bc] scale·K_cᵀ
+  float* Vt;   // [d, Bc] V_cᵀ
+  static int64_t elements(const LayerShape& s, const Tiling& t) {
+    return 2 * t.row_block * t.col_block + 2 * s.head_dim * t.col_block;
+  }
+  static V2BackwardScratch of(float* base, const LayerShape& s, const Tiling& t) {
+    const int64_t tile = t.row_block * t.col_block, panel = s.head_dim * t.col_block;
+    return {base, base + tile, base + 2 * tile, base + 2 * tile + panel};
+  }
+};
 
 struct V2Backward {
   const LayerShape& s;
@@ -291,45 +368,59 @@ struct V2Backward {
   const float *Q, *K, *V, *dO, *lse, *D;
   float *dQ, *dK, *dV;
 
-  // Whether tile (row block starting r0 ending r1, column block starting c0) has any visible entry.
+  // Whether tile (row block ending r1, column block starting c0) has any visible entry.
   bool tile_needed(int64_t r1, int64_t c0) const { return !s.causal || c0 < r1; }
 
-  // For the tile rows r0..r1 × columns c0..c0+width of head h:
-  //   P_tile  = exp(scale·Q_r·K_cᵀ − LSE_r)   (masked → 0)           [Br, Bc]
-  //   dS_tile = P_tile ∘ (dO_r·V_cᵀ − D_r)                             [Br, Bc]
-  void tile(int64_t h, int64_t r0, int64_t r1, int64_t c0, int64_t width, float* P_tile, float* dS_tile) const {
-    const int64_t N = s.seq, d = s.head_dim, Bc = t.col_block, rows = r1 - r0;
-    const int64_t offset = h * N * d;
-    gemm(Op::none, Op::transpose, rows, width, d, s.scale, Q + offset + r0 * d, d, K + offset + c0 * d, d, 0.0f,
-         P_tile, Bc);
-    gemm(Op::none, Op::transpose, rows, width, d, 1.0f, dO + offset + r0 * d, d, V + offset + c0 * d, d, 0.0f,
-         dS_tile, Bc);
+  // K̃ᵀ_c and Vᵀ_c of column block c0..c0+width of head h.
+  void load_column_block(int64_t h, int64_t c0, int64_t width, const V2BackwardScratch& w) const {
+    const int64_t d = s.head_dim, Bc = t.col_block, offset = h * s.seq * d;
+    transpose(K + offset + c0 * d, d, width, d, s.scale, w.Kt, Bc, width);
+    transpose(V + offset + c0 * d, d, width, d, 1.0f, w.Vt, Bc, width);
+  }
+
+  // P and dS of the tile rows r0..r1 × columns c0..c0+width of head h (after load_column_block).
+  void tile(int64_t h, int64_t r0, int64_t r1, int64_t c0, int64_t width, const V2BackwardScratch& w) const {
+    using namespace simd;
+    const int64_t N = s.seq, d = s.head_dim, Bc = t.col_block, rows = r1 - r0, offset = h * N * d;
+    gemm(Op::none, Op::none, rows, width, d, 1.0f, Q + offset + r0 * d, d, w.Kt, Bc, 0.0f, w.P, Bc);
+    gemm(Op::none, Op::none, rows, width, d, 1.0f, dO + offset + r0 * d, d, w.Vt, Bc, 0.0f, w.dS, Bc);
+    ivec lane;
+    for (int64_t l = 0; l < kLanes; ++l) lane[l] = int32_t(l);
     for (int64_t i = r0; i < r1; ++i) {
-      float* P_row = P_tile + (i - r0) * Bc;
-      float* dS_row = dS_tile + (i - r0) * Bc;
+      float* P_row = w.P + (i - r0) * Bc;
+      float* dS_row = w.dS + (i - r0) * Bc;
       const int64_t visible = std::clamp<int64_t>(visible_columns(s, i) - c0, 0, width);
       const float row_lse = lse[h * N + i], row_D = D[h * N + i];
-      for (int64_t j = 0; j < visible; ++j) {
-        P_row[j] = std::exp(P_row[j] - row_lse);
-        dS_row[j] = P_row[j] * (dS_row[j] - row_D);
+      for (int64_t j = 0; j < width; j += kLanes) {
+        const int64_t lanes = std::min(kLanes, width - j);
+        vec S = load_partial(P_row + j, lanes);
+        if (visible - j < lanes) {  // masked lanes: P = exp(-inf) = 0, hence dS = 0
+          const ivec masked = lane >= int32_t(std::max<int64_t>(visible - j, 0));
+          S = masked ? broadcast(kNegInf) : S;
+        }
+        const vec P = simd::exp(S - row_lse);
+        const vec dS = P * (load_partial(dS_row + j, lanes) - row_D);
+        store_partial(P_row + j, P, lanes);
+        store_partial(dS_row + j, dS, lanes);
       }
-      std::fill(P_row + visible, P_row + width, 0.0f);
-      std::fill(dS_row + visible, dS_row + width, 0.0f);
     }
   }
 
-  void accumulate_dK_dV(int64_t h, int64_t r0, int64_t r1, int64_t c0, int64_t width, const float* P_tile,
-                        const float* dS_tile) const {
+  void accumulate_dK_dV(int64_t h, int64_t r0, int64_t r1, int64_t c0, int64_t width,
+                        const V2BackwardScratch& w) const {
     const int64_t N = s.seq, d = s.head_dim, Bc = t.col_block, rows = r1 - r0, offset = h * N * d;
-    gemm(Op::transpose, Op::none, width, d, rows, 1.0f, P_tile, Bc, dO + offset + r0 * d, d, 1.0f,
+    // in the forward pass this was O_i += P_ij·V_j, so dV_j += P_ijᵀ·dO_i
+    gemm(Op::transpose, Op::none, width, d, rows, 1.0f, w.P, Bc, dO + offset + r0 * d, d, 1.0f,
          dV + offset + c0 * d, d);
-    gemm(Op::transpose, Op::none, width, d, rows, s.scale, dS_tile, Bc, Q + offset + r0 * d, d, 1.0f,
+    // S_ij = scale·Q_i·K_j, so dK_j += scale·dS_ijᵀ·Q_i ...
+    gemm(Op::transpose, Op::none, width, d, rows, s.scale, w.dS, Bc, Q + offset + r0 * d, d, 1.0f,
          dK + offset + c0 * d, d);
   }
 
-  void accumulate_dQ(int64_t h, int64_t r0, int64_t r1, int64_t c0, int64_t width, const float* dS_tile) const {
+  // ... and dQ_i += scale·dS_ij·K_j
+  void accumulate_dQ(int64_t h, int64_t r0, int64_t r1, int64_t c0, int64_t width, const V2BackwardScratch& w) const {
     const int64_t N = s.seq, d = s.head_dim, Bc = t.col_block, offset = h * N * d;
-    gemm(Op::none, Op::none, r1 - r0, d, width, s.scale, dS_tile, Bc, K + offset + c0 * d, d, 1.0f,
+    gemm(Op::none, Op::none, r1 - r0, d, width, s.scale, w.dS, Bc, K + offset + c0 * d, d, 1.0f,
          dQ + offset + r0 * d, d);
   }
 };
@@ -339,18 +430,13 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
                  float* workspace) {
   const int64_t N = s.seq, d = s.head_dim, Br = t.row_block, Bc = t.col_block, BH = s.heads_total;
   float* D = workspace;  // [BH, N]
-  float* tiles = workspace + BH * N;
-  const int64_t per_thread = 2 * Br * Bc;
+  float* scratch = workspace + BH * N;
+  const int64_t per_thread = V2BackwardScratch::elements(s, t);
 
   // D_i = Σ_k dO_ik·O_ik over the whole row: equal to Σ_j P_ij·dP_ij, computed once, before any tile.
   parallel_over_blocks(BH, block_count(N, Br), [&](int64_t h, int64_t rb) {
-    for (int64_t i = rb * Br; i < std::min(N, rb * Br + Br); ++i) {
-      const float* dO_row = dO + (h * N + i) * d;
-      const float* O_row = O + (h * N + i) * d;
-      float sum = 0.0f;
-      for (int64_t k = 0; k < d; ++k) sum += dO_row[k] * O_row[k];
-      D[h * N + i] = sum;
-    }
+    for (int64_t i = rb * Br; i < std::min(N, rb * Br + Br); ++i)
+      D[h * N + i] = dot(dO + (h * N + i) * d, O + (h * N + i) * d, d);
   });
   std::fill(dQ, dQ + BH * N * d, 0.0f);
   std::fill(dK, dK + BH * N * d, 0.0f);
@@ -362,16 +448,16 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
     // Enough heads for every thread: a thread owns whole heads, so dQ, dK and dV accumulate
     // without conflicts and each tile is computed once.
     parallel_over_heads(BH, [&](int64_t h) {
-      float* P_tile = thread_slice(tiles, per_thread);
-      float* dS_tile = P_tile + Br * Bc;
+      const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
       for (int64_t c0 = 0; c0 < N; c0 += Bc) {
         const int64_t width = std::min(Bc, N - c0);
+        kernel.load_column_block(h, c0, width, w);
         for (int64_t r0 = s.causal ? c0 / Br * Br : 0; r0 < N; r0 += Br) {
           const int64_t r1 = std::min(N, r0 + Br);
           if (!kernel.tile_needed(r1, c0)) continue;
-          kernel.tile(h, r0, r1, c0, width, P_tile, dS_tile);
-          kernel.accumulate_dK_dV(h, r0, r1, c0, width, P_tile, dS_tile);
-          kernel.accumulate_dQ(h, r0, r1, c0, width, dS_tile);
+          kernel.tile(h, r0, r1, c0, width, w);
+          kernel.accumulate_dK_dV(h, r0, r1, c0, width, w);
+          kernel.accumulate_dQ(h, r0, r1, c0, width, w);
         }
       }
     });
@@ -380,24 +466,24 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
   // Few heads: split each head over column blocks for dK, dV, then over row blocks for dQ,
   // recomputing the tiles in the second pass instead of sharing dQ between threads.
   parallel_over_blocks(BH, block_count(N, Bc), [&](int64_t h, int64_t cb) {
-    float* P_tile = thread_slice(tiles, per_thread);
-    float* dS_tile = P_tile + Br * Bc;
+    const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
     const int64_t c0 = cb * Bc, width = std::min(Bc, N - c0);
+    kernel.load_column_block(h, c0, width, w);
     for (int64_t r0 = s.causal ? c0 / Br * Br : 0; r0 < N; r0 += Br) {
       const int64_t r1 = std::min(N, r0 + Br);
       if (!kernel.tile_needed(r1, c0)) continue;
-      kernel.tile(h, r0, r1, c0, width, P_tile, dS_tile);
-      kernel.accumulate_dK_dV(h, r0, r1, c0, width, P_tile, dS_tile);
+      kernel.tile(h, r0, r1, c0, width, w);
+      kernel.accumulate_dK_dV(h, r0, r1, c0, width, w);
     }
   });
   parallel_over_blocks(BH, block_count(N, Br), [&](int64_t h, int64_t rb) {
-    float* P_tile = thread_slice(tiles, per_thread);
-    float* dS_tile = P_tile + Br * Bc;
+    const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
     const int64_t r0 = rb * Br, r1 = std::min(N, r0 + Br);
     for (int64_t c0 = 0; c0 < N && kernel.tile_needed(r1, c0); c0 += Bc) {
       const int64_t width = std::min(Bc, N - c0);
-      kernel.tile(h, r0, r1, c0, width, P_tile, dS_tile);
-      kernel.accumulate_dQ(h, r0, r1, c0, width, dS_tile);
+      kernel.load_column_block(h, c0, width, w);
+      kernel.tile(h, r0, r1, c0, width, w);
+      kernel.accumulate_dQ(h, r0, r1, c0, width, w);
     }
   });
 }
@@ -415,14 +501,14 @@ int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& s, cons
     switch (variant) {
       case Variant::standard: return 0;
       case Variant::v1: return T * Br * Bc;
-      case Variant::v2: return T * (Br * Bc + 2 * Br);
+      case Variant::v2: return T * V2ForwardScratch::elements(s, t);
       case Variant::checkpoint: return T * Br * N;
     }
   }
   switch (variant) {
     case Variant::standard: return dP_rows;
     case Variant::v1: return dP_rows;
-    case Variant::v2: return BH * N + T * 2 * Br * Bc;
+    case Variant::v2: return BH * N + T * V2BackwardScratch::elements(s, t);
     case Variant::checkpoint: return BH * N * N + BH * N * s.head_dim + dP_rows;
   }
   return 0;

@@ -145,6 +145,16 @@ inline void scale_row(float* x, int64_t n, float factor) {
   if (j < n) store_partial(x + j, load_partial(x + j, n - j) * factor, n - j);
 }
 
+// Σ_j a[j]·b[j] over [0:n].
+inline float dot(const float* a, const float* b, int64_t n) {
+  using namespace simd;
+  vec sum{};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) sum += load(a + j) * load(b + j);
+  if (j < n) sum += load_partial(a + j, n - j) * load_partial(b + j, n - j);
+  return reduce_sum(sum);
+}
+
 // y[j] = exp(x[j]) over [0:n] (y may be x).
 inline void exp_array(const float* x, float* y, int64_t n) {
   using namespace simd;
