@@ -10,7 +10,8 @@
 #
 # Environment: SEQS="2048 4096", HEAD_DIMS="64 128", MASKS="false true", HEADS=8, BATCH=1,
 # THREADS (default: all cores), MAX_TIME=5 [s of samples per configuration and variant],
-# BUILD_DIR (default: build), SKIP_BUILD=1 to use an existing build, SKIP_PEER=1, PEAK_SIZE=2048.
+# BUILD_DIR (default: build), SKIP_BUILD=1 to use an existing build, SKIP_PEER=1, PEAK_SIZE=2048,
+# PYTHON (default: the system's /usr/bin/python3, where Debian's python3-torch lives).
 # The sgemm peak used for "% of peak" is the higher of flashbench's gemm and OpenBLAS's sgemm
 # (when the build found OpenBLAS), taking the higher of the two measurements around the sweep, so
 # a machine that got busier during the run does not flatter the percentages.
@@ -26,6 +27,7 @@ batch=${BATCH:-1}
 threads=${THREADS:-$(nproc)}
 max_time=${MAX_TIME:-5}
 peak_size=${PEAK_SIZE:-2048}
+python=${PYTHON:-$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3 )}
 mkdir -p "$out"
 comma() { echo "$1" | tr ' ' ','; }
 mask_arg=$( [ "$masks" = "false true" ] || [ "$masks" = "true false" ] && echo both || echo "$masks" )
@@ -46,14 +48,14 @@ echo "== flashbench: N in {$seqs}, d in {$head_dims}, causal $mask_arg, B=$batch
   --format json --out "$out/flashbench.json"
 if [ "${SKIP_PEER:-0}" != 1 ]; then
   echo "== peer: PyTorch standard attention with autograd"
-  python3 "$root/scripts/peers/torch_cpu.py" "$out/torch-cpu.json" --seq "$(comma "$seqs")" \
+  "$python" "$root/scripts/peers/torch_cpu.py" "$out/torch-cpu.json" --seq "$(comma "$seqs")" \
     --head-dim "$(comma "$head_dims")" --mask "$mask_arg" --heads "$heads" --batch "$batch" \
     --threads "$threads" --max-time "$max_time"
 fi
 echo "== peak after"
 "$flashbench" info --peak --threads "$threads" --peak-size "$peak_size" --format json > "$out/peak-after.json"
 
-python3 - "$out" <<'PY' | tee "$out/table.txt"
+"$python" - "$out" <<'PY' | tee "$out/table.txt"
 import json, os, sys
 out = sys.argv[1]
 peaks = [json.load(open(os.path.join(out, f)))["peak"] for f in ("peak-before.json", "peak-after.json")]
