@@ -65,16 +65,16 @@ with open(os.path.join(out, "sweep.json"), "w") as fh:
     json.dump({"schema_version": 1, "meta": meta or {}, "rows": rows}, fh, indent=1)
 print(f"{len(rows)} rows -> {os.path.join(out, 'sweep.json')}")
 def ms(r, phase):
-    t = r.get("timing", {}).get(phase)
-    return f"{t['median_ms']:9.2f}" if t else "        -"
+    t = (r.get("timing") or {}).get(phase) or {}
+    return f"{t['median_ms']:9.2f}" if t.get("median_ms") is not None else "        -"
 def gib(r, key):
-    m = r.get("memory", {}).get("measured", {})
+    m = (r.get("memory") or {}).get("measured") or {}
     return f"{m[key] / 2**30:8.2f}" if m.get(key) is not None else "       -"
 print(f"{'backend':20s} {'variant':10s} {'N':>6s} {'B':>3s} c {'fwd ms':>9s} {'bwd ms':>9s} {'bwdTF':>6s} {'peakGiB':>8s} {'model':>8s} {'err':>8s} status")
 for r in sorted(rows, key=lambda r: (r["problem"]["causal"], r["problem"]["seq"], r["backend"], r["variant"])):
     p = r["problem"]
-    tf = r.get("throughput", {}).get("bwd_tflops")
-    model = r.get("memory", {}).get("model", {}).get("peak_bytes")
+    tf = (r.get("throughput") or {}).get("bwd_tflops")
+    model = ((r.get("memory") or {}).get("model") or {}).get("peak_bytes")
     err = (r.get("check") or {}).get("max_rel_err")
     print(f"{r['backend']:20s} {r['variant']:10s} {p['seq']:6d} {p['batch']:3d} {int(p['causal'])} {ms(r,'fwd')} {ms(r,'bwd')} "
           f"{tf if tf is None else round(tf, 1)!s:>6s} {gib(r,'peak_bytes')} "
