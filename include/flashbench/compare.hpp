@@ -38,7 +38,7 @@ struct RowComparison {
 };
 
 struct Comparison {
-  std::string a_name, b_name;  // file names, or "standard" and "variant" in baseline mode
+  std::string a_name = "A", b_name = "B";  // file names, or the baseline variant and the file
   std::vector<RowComparison> pairs;
   std::vector<Row> only_a, only_b;
   bool any_slower() const;

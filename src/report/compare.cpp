@@ -117,7 +117,6 @@ Comparison compare_runs(const std::vector<Row>& a, const std::vector<Row>& b, co
 Comparison compare_to_baseline(const std::vector<Row>& rows, Variant baseline, const CompareOptions& options) {
   Comparison comparison;
   comparison.a_name = std::string(to_string(baseline));
-  comparison.b_name = "variant";
   for (const Row& row : rows) {
     if (row.variant == baseline) continue;
     const auto reference = std::find_if(rows.begin(), rows.end(), [&](const Row& r) {
