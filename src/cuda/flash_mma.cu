@@ -1,8 +1,8 @@
 // v2 on the tensor cores for bf16/fp16: FlashAttention-2 forward and backward with warp-level
 // mma.sync.m16n8k16 (fp32 accumulate). Tiles of 64 queries × 64 keys, 4 warps per block, each warp
-// owning 16 rows of the tile. Tiles go through shared memory with 8 elements of padding per row;
-// operands whose reduction axis is not contiguous in global memory are stored transposed in shared
-// memory so that every fragment is a pair of adjacent 16-bit values.
+// owning 16 rows of the tile. Tiles arrive in shared memory by cp.async (double-buffered), rows
+// padded by 8 elements, and reach the tensor cores through ldmatrix; operands whose reduction axis
+// is the tile's row axis (V in P·V, dO, Q and K in the backward) are transposed by ldmatrix.trans.
 //
 // Fragment layouts of m16n8k16 (PTX ISA), g = lane/4, t = lane%4:
 //   A 16×16 (row):  a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
@@ -24,9 +24,11 @@ struct FlashTile {
   static constexpr int kRows = 64;          // Br: queries per tile
   static constexpr int kCols = 64;          // Bc: keys per tile
   static constexpr int kThreads = 128;      // 4 warps × 16 rows
-  static constexpr int kPad = 8;            // [elements] keeps rows 16-byte aligned, shifts banks
+  static constexpr int kPad = 8;            // [elements] keeps rows 16-byte aligned; with it the 8 row
+                                            // addresses of one ldmatrix fall into 8 different bank groups
   static constexpr int kLd = D + kPad;      // row-major tile [64][D]
-  static constexpr int kLdT = kCols + kPad; // transposed tile [D][64] and the dS tile [64][64]
+  static constexpr int kLdS = kCols + kPad; // the dS tile [64 queries][64 keys]
+  static constexpr int kTile = kRows * kLd; // elements of one [64][D] tile
 };
 
 template <class T>
@@ -62,36 +64,64 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-template <class T>
-__device__ __forceinline__ uint32_t load_pair(const T* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// A fragment rows row0..row0+15, columns col0..col0+15 of a row-major shared tile with stride ld.
-template <class T>
-__device__ __forceinline__ void load_a(uint32_t a[4], const T* tile, int ld, int row0, int col0, int g, int t) {
-  a[0] = load_pair(tile + (row0 + g) * ld + col0 + 2 * t);
-  a[1] = load_pair(tile + (row0 + g + 8) * ld + col0 + 2 * t);
-  a[2] = load_pair(tile + (row0 + g) * ld + col0 + 2 * t + 8);
-  a[3] = load_pair(tile + (row0 + g + 8) * ld + col0 + 2 * t + 8);
+// Four 8×8 matrices of 16-bit values; lanes 8m..8m+7 give the row addresses of matrix m, and
+// register m receives (row lane/4, columns 2·(lane%4), +1) of it, or with .trans (rows 2·(lane%4),
+// +1, column lane/4).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row_address)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row_address)));
 }
 
-// Rows row0..row0+63 of a [N, D] head into a shared tile [64][ld] (zeros past N), and optionally
-// transposed into [D][ldT]. 16-byte global loads.
+// A fragment: rows row0..row0+15, columns col0..col0+15 of a row-major tile with stride ld.
+template <class T>
+__device__ __forceinline__ void load_a(uint32_t a[4], const T* tile, int ld, int row0, int col0, int lane) {
+  const int m = lane / 8, r = lane % 8;
+  ldmatrix_x4(a, tile + (row0 + (m % 2) * 8 + r) * ld + col0 + (m / 2) * 8);
+}
+
+// B fragments of the two n-tiles n0 and n0+8 over k0..k0+15, from a tile stored [n][k] (k
+// contiguous, e.g. K for S = Q·Kᵀ): b[0], b[1] for n0; b[2], b[3] for n0+8.
+template <class T>
+__device__ __forceinline__ void load_b_from_nk(uint32_t b[4], const T* tile, int ld, int n0, int k0, int lane) {
+  const int m = lane / 8, r = lane % 8;
+  ldmatrix_x4(b, tile + (n0 + (m / 2) * 8 + r) * ld + k0 + (m % 2) * 8);
+}
+
+// The same from a tile stored [k][n] (n contiguous, e.g. V for O = P·V), transposed by ldmatrix.
+template <class T>
+__device__ __forceinline__ void load_b_from_kn(uint32_t b[4], const T* tile, int ld, int k0, int n0, int lane) {
+  const int m = lane / 8, r = lane % 8;
+  ldmatrix_x4_trans(b, tile + (k0 + (m % 2) * 8 + r) * ld + n0 + (m / 2) * 8);
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Rows row0..row0+63 of a [N, D] head into a shared tile [64][kLd], 16-byte asynchronous copies;
+// rows past N are zero-filled (source size 0).
 template <class T, int D>
-__device__ void load_tile(const T* __restrict__ head, int64_t row0, int64_t seq, T* tile, T* tile_transposed) {
+__device__ void copy_tile_async(T* tile, const T* __restrict__ head, int64_t row0, int64_t seq) {
   using Tile = FlashTile<D>;
   constexpr int kChunksPerRow = D / 8;  // 8 elements = 16 bytes
   for (int c = threadIdx.x; c < Tile::kRows * kChunksPerRow; c += Tile::kThreads) {
     const int r = c / kChunksPerRow, k = (c % kChunksPerRow) * 8;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (row0 + r < seq) value = *reinterpret_cast<const uint4*>(head + (row0 + r) * D + k);
-    if (tile) *reinterpret_cast<uint4*>(tile + r * Tile::kLd + k) = value;
-    if (tile_transposed) {
-      const T* elements = reinterpret_cast<const T*>(&value);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) tile_transposed[(k + e) * Tile::kLdT + r] = elements[e];
-    }
+    const bool inside = row0 + r < seq;
+    const T* source = head + (inside ? (row0 + r) * D + k : 0);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(tile + r * Tile::kLd + k)),
+                 "l"(source), "r"(inside ? 16 : 0));
   }
 }
 
@@ -104,7 +134,8 @@ __device__ __forceinline__ void scores_as_a(uint32_t a[4], const float s[8][4], 
   a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
-// grid (ceil(N/64), BH); Q, K, V, O: [BH, N, D]; lse: [BH, N] (natural log).
+// grid (ceil(N/64), BH); Q, K, V, O: [BH, N, D]; lse: [BH, N] (natural log). K and V tiles are
+// double-buffered: the copy of tile j+1 runs while tile j is computed.
 template <class T, int D>
 __global__ void __launch_bounds__(128) flash_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K,
                                                             const T* __restrict__ V, T* __restrict__ O,
@@ -113,37 +144,53 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* __restrict_
   using Tile = FlashTile<D>;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   T* sQ = reinterpret_cast<T*>(shared_raw);
-  T* sK = sQ + Tile::kRows * Tile::kLd;
-  T* sVt = sK + Tile::kCols * Tile::kLd;
+  T* sK = sQ + Tile::kTile;      // [2][64][kLd]
+  T* sV = sK + 2 * Tile::kTile;  // [2][64][kLd]
 
-  const int64_t head = blockIdx.y, q0 = int64_t(blockIdx.x) * Tile::kRows;
+  // Causal query tiles further down see more keys: launch those first so the short ones fill the tail.
+  const int64_t head = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * Tile::kRows;
   const int64_t offset = head * seq * D;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int wr = warp * 16;
   const int64_t row[2] = {q0 + wr + g, q0 + wr + g + 8};
 
-  load_tile<T, D>(Q + offset, q0, seq, sQ, nullptr);
-  __syncthreads();
-  uint32_t qa[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) load_a(qa[kk], sQ, Tile::kLd, wr, 16 * kk, g, t);
+  const int64_t last_key = causal ? min(q0 + Tile::kRows - 1, seq - 1) : seq - 1;
+  const int key_tiles = int(last_key / Tile::kCols) + 1;
+  copy_tile_async<T, D>(sQ, Q + offset, q0, seq);
+  copy_tile_async<T, D>(sK, K + offset, 0, seq);
+  copy_tile_async<T, D>(sV, V + offset, 0, seq);
+  cp_async_commit();
 
+  uint32_t qa[D / 16][4];
   float o[D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max [log2 units] and sum
-  const int64_t last_key = causal ? min(q0 + Tile::kRows - 1, seq - 1) : seq - 1;
-  for (int64_t k0 = 0; k0 <= last_key; k0 += Tile::kCols) {
-    __syncthreads();  // everyone is done with the previous K and V tiles
-    load_tile<T, D>(K + offset, k0, seq, sK, nullptr);
-    load_tile<T, D>(V + offset, k0, seq, nullptr, sVt);
+  for (int j = 0; j < key_tiles; ++j) {
+    const int64_t k0 = int64_t(j) * Tile::kCols;
+    const T* sKj = sK + (j & 1) * Tile::kTile;
+    const T* sVj = sV + (j & 1) * Tile::kTile;
+    if (j + 1 < key_tiles) {
+      copy_tile_async<T, D>(sK + ((j + 1) & 1) * Tile::kTile, K + offset, k0 + Tile::kCols, seq);
+      copy_tile_async<T, D>(sV + ((j + 1) & 1) * Tile::kTile, V + offset, k0 + Tile::kCols, seq);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
     __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) load_a(qa[kk], sQ, Tile::kLd, wr, 16 * kk, lane);
+    }
 
     float s[8][4] = {};
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const T* b = sK + (8 * nt + g) * Tile::kLd + 16 * kk + 2 * t;
-        mma_16816<T>(s[nt], qa[kk], load_pair(b), load_pair(b + 8));
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        load_b_from_nk(b, sKj, Tile::kLd, 16 * np, 16 * kk, lane);
+        mma_16816<T>(s[2 * np], qa[kk], b[0], b[1]);
+        mma_16816<T>(s[2 * np + 1], qa[kk], b[2], b[3]);
       }
 
     float tile_max[2] = {-INFINITY, -INFINITY};
@@ -188,11 +235,14 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* __restrict_
       uint32_t pa[4];
       scores_as_a<T>(pa, s, kk);
 #pragma unroll
-      for (int nd = 0; nd < D / 8; ++nd) {
-        const T* b = sVt + (8 * nd + g) * Tile::kLdT + 16 * kk + 2 * t;
-        mma_16816<T>(o[nd], pa, load_pair(b), load_pair(b + 8));
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t b[4];
+        load_b_from_kn(b, sVj, Tile::kLd, 16 * kk, 16 * np, lane);
+        mma_16816<T>(o[2 * np], pa, b[0], b[1]);
+        mma_16816<T>(o[2 * np + 1], pa, b[2], b[3]);
       }
     }
+    __syncthreads();  // this buffer is the target of the copy issued in the next iteration
   }
 
 #pragma unroll
@@ -215,6 +265,7 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* __restrict_
 // grid (ceil(N/64) key blocks, BH). Each block owns 64 keys (16 per warp) and walks over the query
 // tiles that can see them, accumulating dK and dV in registers; dQ of each query tile is summed
 // over the block's keys in one more product and added to `accumulator` with fp32 atomics.
+// Query tiles (Q, dO, LSE, D) are double-buffered.
 template <class T, int D>
 __global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K,
                                                              const T* __restrict__ V, const T* __restrict__ dO,
@@ -225,15 +276,12 @@ __global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict
   using Tile = FlashTile<D>;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   T* sK = reinterpret_cast<T*>(shared_raw);
-  T* sV = sK + Tile::kCols * Tile::kLd;
-  T* sQ = sV + Tile::kCols * Tile::kLd;
-  T* sdO = sQ + Tile::kRows * Tile::kLd;
-  T* sKt = sdO + Tile::kRows * Tile::kLd;
-  T* sQt = sKt + D * Tile::kLdT;
-  T* sdOt = sQt + D * Tile::kLdT;
-  T* sdS = sdOt + D * Tile::kLdT;  // [64 queries][64 keys]
-  float* sLse = reinterpret_cast<float*>(sdS + Tile::kRows * Tile::kLdT);  // [log2 units]
-  float* sRowDot = sLse + Tile::kRows;
+  T* sV = sK + Tile::kTile;
+  T* sQ = sV + Tile::kTile;        // [2][64][kLd]
+  T* sdO = sQ + 2 * Tile::kTile;   // [2][64][kLd]
+  T* sdS = sdO + 2 * Tile::kTile;  // [64 queries][kLdS]
+  float* sLse = reinterpret_cast<float*>(sdS + Tile::kRows * Tile::kLdS);  // [2][64], log2 units
+  float* sRowDot = sLse + 2 * Tile::kRows;                                 // [2][64]
 
   const int64_t head = blockIdx.y, k0 = int64_t(blockIdx.x) * Tile::kCols;
   const int64_t offset = head * seq * D;
@@ -241,19 +289,39 @@ __global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict
   const int wk = warp * 16;  // this warp's keys within the block
   const int64_t key[2] = {k0 + wk + g, k0 + wk + g + 8};
 
-  load_tile<T, D>(K + offset, k0, seq, sK, sKt);
-  load_tile<T, D>(V + offset, k0, seq, sV, nullptr);
-
-  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
-  const int64_t first_query = causal ? k0 : 0;  // causal: queries before k0 see none of these keys
-  for (int64_t q0 = first_query; q0 < seq; q0 += Tile::kRows) {
-    __syncthreads();  // everyone is done with the previous query tile and dS
-    load_tile<T, D>(Q + offset, q0, seq, sQ, sQt);
-    load_tile<T, D>(dO + offset, q0, seq, sdO, sdOt);
+  // Causal: queries before k0 see none of these keys.
+  const int64_t first_query = causal ? k0 : 0;
+  const int query_tiles = int((seq - first_query + Tile::kRows - 1) / Tile::kRows);
+  auto fetch_query_tile = [&](int it) {
+    const int buffer = it & 1;
+    const int64_t q0 = first_query + int64_t(it) * Tile::kRows;
+    copy_tile_async<T, D>(sQ + buffer * Tile::kTile, Q + offset, q0, seq);
+    copy_tile_async<T, D>(sdO + buffer * Tile::kTile, dO + offset, q0, seq);
     if (threadIdx.x < Tile::kRows) {
       const int64_t query = q0 + threadIdx.x;
-      sLse[threadIdx.x] = query < seq ? lse[head * seq + query] * kLog2e : 0.0f;
-      sRowDot[threadIdx.x] = query < seq ? row_dot[head * seq + query] : 0.0f;
+      sLse[buffer * Tile::kRows + threadIdx.x] = query < seq ? lse[head * seq + query] * kLog2e : 0.0f;
+      sRowDot[buffer * Tile::kRows + threadIdx.x] = query < seq ? row_dot[head * seq + query] : 0.0f;
+    }
+  };
+  copy_tile_async<T, D>(sK, K + offset, k0, seq);
+  copy_tile_async<T, D>(sV, V + offset, k0, seq);
+  fetch_query_tile(0);
+  cp_async_commit();
+
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  for (int it = 0; it < query_tiles; ++it) {
+    const int buffer = it & 1;
+    const int64_t q0 = first_query + int64_t(it) * Tile::kRows;
+    const T* sQi = sQ + buffer * Tile::kTile;
+    const T* sdOi = sdO + buffer * Tile::kTile;
+    const float* sLsei = sLse + buffer * Tile::kRows;
+    const float* sRowDoti = sRowDot + buffer * Tile::kRows;
+    if (it + 1 < query_tiles) {
+      fetch_query_tile(it + 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
 
@@ -262,14 +330,17 @@ __global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t ka[4], va[4];
-      load_a(ka, sK, Tile::kLd, wk, 16 * kk, g, t);
-      load_a(va, sV, Tile::kLd, wk, 16 * kk, g, t);
+      load_a(ka, sK, Tile::kLd, wk, 16 * kk, lane);
+      load_a(va, sV, Tile::kLd, wk, 16 * kk, lane);
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const T* bq = sQ + (8 * nt + g) * Tile::kLd + 16 * kk + 2 * t;
-        const T* bo = sdO + (8 * nt + g) * Tile::kLd + 16 * kk + 2 * t;
-        mma_16816<T>(pt[nt], ka, load_pair(bq), load_pair(bq + 8));
-        mma_16816<T>(dpt[nt], va, load_pair(bo), load_pair(bo + 8));
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bq[4], bo[4];
+        load_b_from_nk(bq, sQi, Tile::kLd, 16 * np, 16 * kk, lane);
+        load_b_from_nk(bo, sdOi, Tile::kLd, 16 * np, 16 * kk, lane);
+        mma_16816<T>(pt[2 * np], ka, bq[0], bq[1]);
+        mma_16816<T>(pt[2 * np + 1], ka, bq[2], bq[3]);
+        mma_16816<T>(dpt[2 * np], va, bo[0], bo[1]);
+        mma_16816<T>(dpt[2 * np + 1], va, bo[2], bo[3]);
       }
     }
     // In the forward pass P_ij = exp(S_ij − LSE_i); here Pᵀ and dSᵀ = Pᵀ ∘ (dPᵀ − D) per element,
@@ -281,9 +352,9 @@ __global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict
         const int local_query = 8 * nt + 2 * t + (e & 1);
         const int64_t query = q0 + local_query;
         const bool visible = query < seq && key[e / 2] < seq && (!causal || key[e / 2] <= query);
-        pt[nt][e] = visible ? exp2f(pt[nt][e] * scale_log2 - sLse[local_query]) : 0.0f;
-        dpt[nt][e] = pt[nt][e] * (dpt[nt][e] - sRowDot[local_query]);
-        sdS[local_query * Tile::kLdT + wk + g + (e / 2) * 8] = from_float<T>(dpt[nt][e]);
+        pt[nt][e] = visible ? exp2f(pt[nt][e] * scale_log2 - sLsei[local_query]) : 0.0f;
+        dpt[nt][e] = pt[nt][e] * (dpt[nt][e] - sRowDoti[local_query]);
+        sdS[local_query * Tile::kLdS + wk + g + (e / 2) * 8] = from_float<T>(dpt[nt][e]);
       }
     // dV += Pᵀ dO and dK += dSᵀ Q (scale applied once at the end).
 #pragma unroll
@@ -292,11 +363,14 @@ __global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict
       scores_as_a<T>(pa, pt, kk);
       scores_as_a<T>(dsa, dpt, kk);
 #pragma unroll
-      for (int nd = 0; nd < D / 8; ++nd) {
-        const T* bo = sdOt + (8 * nd + g) * Tile::kLdT + 16 * kk + 2 * t;
-        const T* bq = sQt + (8 * nd + g) * Tile::kLdT + 16 * kk + 2 * t;
-        mma_16816<T>(dv[nd], pa, load_pair(bo), load_pair(bo + 8));
-        mma_16816<T>(dk[nd], dsa, load_pair(bq), load_pair(bq + 8));
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t bo[4], bq[4];
+        load_b_from_kn(bo, sdOi, Tile::kLd, 16 * kk, 16 * np, lane);
+        load_b_from_kn(bq, sQi, Tile::kLd, 16 * kk, 16 * np, lane);
+        mma_16816<T>(dv[2 * np], pa, bo[0], bo[1]);
+        mma_16816<T>(dv[2 * np + 1], pa, bo[2], bo[3]);
+        mma_16816<T>(dk[2 * np], dsa, bq[0], bq[1]);
+        mma_16816<T>(dk[2 * np + 1], dsa, bq[2], bq[3]);
       }
     }
     __syncthreads();  // the whole dS tile is in shared memory
@@ -306,11 +380,13 @@ __global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict
 #pragma unroll
     for (int kk = 0; kk < Tile::kCols / 16; ++kk) {
       uint32_t dsa[4];
-      load_a(dsa, sdS, Tile::kLdT, warp * 16, 16 * kk, g, t);
+      load_a(dsa, sdS, Tile::kLdS, warp * 16, 16 * kk, lane);
 #pragma unroll
-      for (int nd = 0; nd < D / 8; ++nd) {
-        const T* bk = sKt + (8 * nd + g) * Tile::kLdT + 16 * kk + 2 * t;
-        mma_16816<T>(dq[nd], dsa, load_pair(bk), load_pair(bk + 8));
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t bk[4];
+        load_b_from_kn(bk, sK, Tile::kLd, 16 * kk, 16 * np, lane);
+        mma_16816<T>(dq[2 * np], dsa, bk[0], bk[1]);
+        mma_16816<T>(dq[2 * np + 1], dsa, bk[2], bk[3]);
       }
     }
 #pragma unroll
@@ -324,6 +400,7 @@ __global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict
         atomicAdd(out + 8 * nd + 2 * t + 1, scale * dq[nd][2 * h + 1]);
       }
     }
+    __syncthreads();  // dS and this query buffer are rewritten in the next iterations
   }
 
   // dX rows of this block's keys get dK + dV (other blocks may be adding dQ to the same rows).
@@ -342,15 +419,14 @@ __global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict
 template <class T, int D>
 size_t forward_shared_bytes() {
   using Tile = FlashTile<D>;
-  return sizeof(T) * size_t(Tile::kRows * Tile::kLd + Tile::kCols * Tile::kLd + D * Tile::kLdT);
+  return sizeof(T) * size_t(5 * Tile::kTile);  // Q, and two buffers of K and of V
 }
 
 template <class T, int D>
 size_t backward_shared_bytes() {
   using Tile = FlashTile<D>;
-  return sizeof(T) * size_t(2 * Tile::kCols * Tile::kLd + 2 * Tile::kRows * Tile::kLd + 3 * D * Tile::kLdT +
-                            Tile::kRows * Tile::kLdT) +
-         sizeof(float) * 2 * Tile::kRows;
+  // K, V, two buffers of Q and of dO, the dS tile; two buffers of LSE and D.
+  return sizeof(T) * size_t(6 * Tile::kTile + Tile::kRows * Tile::kLdS) + sizeof(float) * 4 * Tile::kRows;
 }
 
 dim3 tile_grid(const LayerShape& shape) {
