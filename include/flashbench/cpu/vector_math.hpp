@@ -64,14 +64,18 @@ inline float reduce_sum(vec v) {
 // exp(x) per lane, after Cephes' expf: x = n·ln2 + r with n = round(x·log2 e), |r| ≤ ln2/2,
 // exp(r) by its degree-7 minimax polynomial, times 2ⁿ. Error bound (tests/vector_math_test.cpp
 // checks it against double exp over [-104, 88.7] and the limits): relative ≤ 2.5e-7 (about 2 ulp)
-// where exp(x) is a normal float (x ≥ -87.33); below that the result is 0 or subnormal with absolute
-// error < 2⁻¹²⁶; exp(-inf) = 0, exp(0) = 1 exactly, x > 88.72 gives +inf, NaN stays NaN.
+// for x ≥ kExpFlushBelow; below that the result is exactly 0 (absolute error < 2⁻¹²⁴, the true value
+// being at most a few FLT_MIN), so no lane ever makes a subnormal: on x86 an instruction that produces
+// one costs a microcode assist of ~100 cycles, which masked (-inf) scores would hit in every causal
+// tile. exp(-inf) = 0, exp(0) = 1 exactly, x > 88.72 gives +inf, NaN stays NaN.
+inline constexpr float kExpFlushBelow = -86.5f;  // exp(-86.5) ≈ 2.7e-38: n = -125, every 2ⁿ·p normal
+
 inline vec exp(vec x) {
-  // Below -104 every result is 0 in fp32; clamping there keeps -inf from turning into inf - inf.
-  const vec lowest = broadcast(-104.0f), highest = broadcast(89.0f);
-  x = x < lowest ? lowest : x;
+  const vec flush_below = broadcast(kExpFlushBelow), highest = broadcast(89.0f);
+  const vec original = x;
+  x = x < flush_below ? flush_below : x;
   x = x > highest ? highest : x;
-  // Round to nearest by the 1.5·2²³ trick: exact for |x·log2 e| < 2²², here ≤ 151.
+  // Round to nearest by the 1.5·2²³ trick: exact for |x·log2 e| < 2²², here ≤ 129.
   const float round_shift = 12582912.0f;
   const vec n = (x * 1.44269504088896341f + round_shift) - round_shift;
   // ln 2 in two parts, the first exact in few bits, so n·ln2_hi is exact and r keeps its precision.
@@ -85,19 +89,21 @@ inline vec exp(vec x) {
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
 #if defined(__AVX512F__)
-  // p · 2ⁿ over the whole range: overflow to inf and gradual underflow to subnormals and 0. (The
-  // masked form: GCC 12's unmasked intrinsic trips -Wmaybe-uninitialized.)
-  return vec(_mm512_mask_scalef_ps(__m512(p), __mmask16(0xFFFF), __m512(p), __m512(n)));
+  // p · 2ⁿ, overflowing to inf. (The masked form: GCC 12's unmasked intrinsic trips
+  // -Wmaybe-uninitialized.)
+  const vec result = vec(_mm512_mask_scalef_ps(__m512(p), __mmask16(0xFFFF), __m512(p), __m512(n)));
+  return original < flush_below ? vec{} : result;
 #else
-  // p · 2^(n/2) · 2^(n − n/2): both factors are normal floats for every n in [-150, 129], so this
-  // also overflows to inf and underflows gradually.
+  // p · 2^(n/2) · 2^(n − n/2): both factors are normal floats for every n in [-125, 129], and the
+  // product overflows to inf.
   const ivec n_int = __builtin_convertvector(n, ivec);
   const ivec half = n_int >> 1;
   const ivec bits_first = (half + 127) << 23, bits_second = (n_int - half + 127) << 23;
   vec first, second;
   std::memcpy(&first, &bits_first, sizeof(vec));
   std::memcpy(&second, &bits_second, sizeof(vec));
-  return p * first * second;
+  const vec result = p * first * second;
+  return original < flush_below ? vec{} : result;
 #endif
 }
 
