@@ -61,6 +61,14 @@ Verification verify_point(const Problem& problem, Variant variant, int64_t model
   return verification;
 }
 
+// "fits", or by how much the measured peak went over the budget.
+std::string verdict(const Verification& verification, int64_t budget_bytes) {
+  if (!verification.measured_peak_bytes)
+    return verification.reason.empty() ? verification.status : verification.status + ": " + verification.reason;
+  const int64_t over = *verification.measured_peak_bytes - budget_bytes;
+  return over <= 0 ? "fits" : fmt::format("over budget by {}", format_bytes(over));
+}
+
 int run_fit(const FitOptions& options) {
   const int64_t budget = parse_bytes(options.budget);
   const FitAxis axis = options.search == "batch" ? FitAxis::batch : FitAxis::seq;
@@ -105,8 +113,10 @@ int run_fit(const FitOptions& options) {
       if (verifications[i]) {
         row["verify"]["status"] = verifications[i]->status;
         if (!verifications[i]->reason.empty()) row["verify"]["reason"] = verifications[i]->reason;
-        if (verifications[i]->measured_peak_bytes)
+        if (verifications[i]->measured_peak_bytes) {
           row["verify"]["measured_peak_bytes"] = *verifications[i]->measured_peak_bytes;
+          row["verify"]["fits"] = *verifications[i]->measured_peak_bytes <= budget;
+        }
       }
       rows.push_back(row);
     }
@@ -146,9 +156,7 @@ int run_fit(const FitOptions& options) {
       const auto& verification = verifications[i];
       line.push_back(verification && verification->measured_peak_bytes ? format_bytes(*verification->measured_peak_bytes)
                                                                          : "-");
-      line.push_back(!verification ? "-"
-                     : verification->reason.empty() ? verification->status
-                                                    : verification->status + ": " + verification->reason);
+      line.push_back(verification ? verdict(*verification, budget) : "-");
     }
     lines.push_back(line);
   }
