@@ -236,7 +236,19 @@ def draw(paths, out_dir, svg):
 
     # Peak memory against N: measured as markers only, the model as lines.
     figure, axis = plt.subplots(figsize=(8, 6))
-    line_plot(axis, "peak_bytes", linestyle="none")
+    # Hollow rings of decreasing size, so variants with equal peaks stay visible.
+    for key, points in series.items():
+        xs = [p["seq"] for p in points if p["peak_bytes"] is not None]
+        ys = [p["peak_bytes"] for p in points if p["peak_bytes"] is not None]
+        if xs:
+            style = style_for(key, sources, variants)
+            axis.plot(xs, ys, linestyle="none", marker=style["marker"], color=style["color"], markerfacecolor="none",
+                      markeredgewidth=1.5, markersize=11 - 2 * (variants.index(key[1]) % 4),
+                      label=series_label(key, series))
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    axis.set_xlabel("sequence length N")
+    axis.grid(True, which="both", alpha=0.3)
     for key, points in series.items():
         xs = [p["seq"] for p in points if p["model_peak_bytes"] is not None]
         ys = [p["model_peak_bytes"] for p in points if p["model_peak_bytes"] is not None]
@@ -271,40 +283,45 @@ def draw(paths, out_dir, svg):
     axis.grid(True, which="both", alpha=0.3)
     save_with_legend(figure, [axis], "bwd_over_fwd")
 
-    # The measured peak split by tag: one group of bars per N, one bar per series, stacked by tag.
+    # The measured peak split by tag, at up to four N (smallest, largest and evenly between), one
+    # panel each with its own scale: one bar per series, stacked by tag.
     def has_tags(point):
         return point["peak_bytes"] and sum(point["by_tag"].values()) > 0
 
     bar_series = [key for key, points in series.items() if any(has_tags(p) for p in points)]
-    groups = sorted({p["seq"] for key in bar_series for p in series[key] if has_tags(p)})
-    if groups and bar_series:
+    all_seq = sorted({p["seq"] for key in bar_series for p in series[key] if has_tags(p)})
+    if all_seq:
         from matplotlib.patches import Patch
 
-        unit, unit_bytes = byte_unit(max(p["peak_bytes"] for key in bar_series for p in series[key] if has_tags(p)))
-        figure, axis = plt.subplots(figsize=(min(24, max(8, 0.45 * len(groups) * len(bar_series))), 6))
-        width = 0.8 / len(bar_series)
-        for index, key in enumerate(bar_series):
-            by_seq = {p["seq"]: p for p in series[key] if has_tags(p)}
-            xs = np.arange(len(groups)) + (index - (len(bar_series) - 1) / 2) * width
-            bottom = np.zeros(len(groups))
+        picks = sorted({round(i * (len(all_seq) - 1) / 3) for i in range(4)}) if len(all_seq) > 4 else range(len(all_seq))
+        chosen = [all_seq[i] for i in picks]
+        figure, axes = plt.subplots(1, len(chosen), figsize=(3.2 * len(chosen) + 1.5, 5.5), squeeze=False)
+        for axis, n in zip(axes[0], chosen):
+            present = [key for key in bar_series if any(p["seq"] == n and has_tags(p) for p in series[key])]
+            points = [next(p for p in series[key] if p["seq"] == n) for key in present]
+            unit, unit_bytes = byte_unit(max(p["peak_bytes"] for p in points))
+            xs = np.arange(len(present))
+            bottom = np.zeros(len(present))
             for tag in TAGS:
-                heights = np.array([(by_seq[n]["by_tag"][tag] if n in by_seq else 0) / unit_bytes for n in groups],
-                                   dtype=float)
-                axis.bar(xs, heights, width * 0.95, bottom=bottom, color=TAG_COLOURS[tag],
-                         edgecolor=style_for(key, sources, variants)["color"], linewidth=1.2)
+                heights = np.array([p["by_tag"][tag] / unit_bytes for p in points], dtype=float)
+                axis.bar(xs, heights, 0.7, bottom=bottom, color=TAG_COLOURS[tag],
+                         edgecolor=[style_for(key, sources, variants)["color"] for key in present], linewidth=1.5)
                 bottom += heights
-            for x, n in zip(xs, groups):
-                if n in by_seq:
-                    label = key[1] if len(sources) == 1 else f"{key[1]} ({key[0]})"
-                    axis.text(x, 0, label, rotation=90, ha="center", va="bottom", fontsize=7)
-        axis.set_xticks(np.arange(len(groups)))
-        axis.set_xticklabels([str(n) for n in groups])
-        axis.set_xlabel("sequence length N (one bar per variant and source; bar edge = variant colour)")
-        axis.set_ylabel(f"live bytes at the peak [{unit}]")
-        axis.set_title("measured peak memory by tag")
-        axis.legend(handles=[Patch(facecolor=TAG_COLOURS[tag], label=tag) for tag in TAGS], fontsize=8)
-        axis.grid(True, axis="y", alpha=0.3)
-        save(figure, "memory_by_tag")
+            axis.set_xticks(xs)
+            axis.set_xticklabels([key[1] if len(sources) == 1 else f"{key[1]}\n{key[0]}" for key in present],
+                                 rotation=45, ha="right", fontsize=8)
+            axis.set_title(f"N = {n}")
+            axis.set_ylabel(f"live at the peak [{unit}]")
+            axis.grid(True, axis="y", alpha=0.3)
+        figure.suptitle("measured peak memory by tag")
+        figure.legend(handles=[Patch(facecolor=TAG_COLOURS[tag], label=tag) for tag in TAGS], loc="center right",
+                      fontsize=8, frameon=False)
+        figure.tight_layout(rect=(0, 0, 1 - 1.3 / figure.get_figwidth(), 1))
+        for extension in (["png", "svg"] if svg else ["png"]):
+            path = os.path.join(out_dir, f"memory_by_tag.{extension}")
+            figure.savefig(path, dpi=130)
+            written.append(path)
+        plt.close(figure)
     return written
 
 

@@ -145,25 +145,17 @@ TEST(CompareCommand, ATwiceSlowerCopyIsSlowerAndFailsOnRegression) {
   const std::string path = (std::filesystem::temp_directory_path() / "flashbench-compare-slower.json").string();
   write_file_atomically(path, slower.str());
 
-  // Where a row's samples are spread less than 2x (max < 2 min), the slower copy's samples all lie
-  // above the original's, and the U test must see it (p <= 2/C(10,5) < 0.05 for 5 + 5 samples).
-  // Rows with wilder samples (a busy machine) may honestly stay SAME.
-  const ResultsFile original = read_results_file(kFixture);
-  size_t separated = 0;
-  for (const Row& row : original.rows)
-    separated += row.status == Status::ok && row.fwd.max_ms < 2 * row.fwd.min_ms && row.bwd.max_ms < 2 * row.bwd.min_ms;
-  ASSERT_GE(separated, 4u) << "the fixture is too noisy to test with";
+  // The fixture was measured on a quiet 16-core machine with 9 to 540 samples per phase: a copy with
+  // every sample doubled is separated enough for the U test on every ok row.
+  size_t timed = 0;
+  for (const Row& row : file.rows) timed += row.status == Status::ok;
   const CommandResult failing = run_flashbench("compare --fail-on-regression " + kFixture + " " + path);
   const CommandResult plain = run_flashbench("compare " + kFixture + " " + path);
   const CommandResult as_json = run_flashbench("compare --format json " + kFixture + " " + path);
   std::filesystem::remove(path);
   EXPECT_EQ(failing.exit_code, 1) << failing.output;
-  EXPECT_GE(count(failing.output, " SLOWER\n"), separated) << failing.output;
+  EXPECT_EQ(count(failing.output, " SLOWER\n"), timed) << failing.output;
   EXPECT_EQ(count(failing.output, "FASTER"), count(failing.output, "SLOWER/FASTER")) << failing.output;
-  for (const RowComparison& pair : compare_runs(original.rows, file.rows, {}).pairs) {
-    const bool clean = pair.timed && pair.a.fwd.max_ms < 2 * pair.a.fwd.min_ms && pair.a.bwd.max_ms < 2 * pair.a.bwd.min_ms;
-    if (clean) EXPECT_EQ(pair.verdict, Verdict::slower) << pair.a.problem.describe();
-  }
   EXPECT_EQ(plain.exit_code, 0);
   const nlohmann::json document = nlohmann::json::parse(as_json.output);
   EXPECT_EQ(document["pairs"][0]["verdict"], "SLOWER");

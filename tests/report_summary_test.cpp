@@ -69,6 +69,24 @@ TEST(SweepSummary, ExponentsOfTimeAndMemory) {
   EXPECT_FALSE(standard.model_peak.has_value());  // these rows carry no model
 }
 
+TEST(SweepSummary, LargeNExponentsLeaveSmallNTermsOut) {
+  // Peak = 1e6 + 16·N²: dominated by the constant at small N, by N² at large N.
+  std::vector<Row> rows;
+  for (int64_t n = 64; n <= 16384; n *= 2)
+    rows.push_back(timed_row(Variant::standard, small_problem(n), 1, 2, 1'000'000 + 16 * n * n, 0));
+  const ScalingSeries& s = summarize_sweep(rows).series.at(0);
+  EXPECT_LT(s.peak->slope, 1.8);
+  EXPECT_GT(s.peak_large_n->slope, 1.9);  // N = 1024 .. 16384
+  EXPECT_LT(s.peak_large_n->slope, 2.0);
+}
+
+TEST(BwdFwdRule, MedianDecidesAndASingleHighPointIsNamed) {
+  EXPECT_EQ(bwd_fwd_rule(Variant::standard, 4.0, 5.0, 256), "reference (recomputes nothing)");
+  EXPECT_EQ(bwd_fwd_rule(Variant::v2, 1.8, 1.9, 256), "normal (1.5-2x)");
+  EXPECT_EQ(bwd_fwd_rule(Variant::v2, 2.5, 5.83, 256), "above normal (2-3x); 5.83x at N=256");
+  EXPECT_EQ(bwd_fwd_rule(Variant::v2, 3.8, 5.83, 256), "too high (> 3x): recompute overhead");
+}
+
 TEST(SweepSummary, CrossoverWhereV2BecomesFaster) {
   const SweepSummary summary = summarize_sweep(power_law_rows());
   ASSERT_EQ(summary.crossovers.size(), 1u);
@@ -84,7 +102,8 @@ TEST(SweepSummary, CrossoverWhereV2BecomesFaster) {
 TEST(SweepSummary, TableAndJson) {
   const SweepSummary summary = summarize_sweep(power_law_rows());
   const std::string table = summary.table();
-  EXPECT_NE(table.find("cpu      standard  B=1 H=2 d=32 L=1 fp32  256..4096    2.00   2.00   2.00    2.00"), std::string::npos)
+  EXPECT_NE(table.find("cpu      standard  B=1 H=2 d=32 L=1 fp32  256..4096    2.00     2.00   2.00   2.00    2.00     2.00"),
+            std::string::npos)
       << table;
   EXPECT_NE(table.find("too high (> 3x): recompute overhead"), std::string::npos);
   EXPECT_NE(table.find("v2 faster from N = 1024 (crossover ~"), std::string::npos) << table;

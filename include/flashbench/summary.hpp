@@ -18,6 +18,9 @@ inline constexpr double kBwdFwdNormalHigh = 2.0;
 inline constexpr double kBwdFwdTooHigh = 3.0;
 // "below 1.5x", "normal (1.5-2x)", "above normal (2-3x)", "too high (> 3x): recompute overhead"
 std::string bwd_fwd_verdict(double bwd_over_fwd);
+// For a series: the verdict of its median bwd/fwd, and the N where a single point exceeds 3x when
+// the median does not; standard (which recomputes nothing) is the reference, not judged.
+std::string bwd_fwd_rule(Variant variant, double median, double max, int64_t max_seq);
 
 // y ≈ a + slope·x by least squares. r2 is the coefficient of determination (1 when exact).
 struct LineFit {
@@ -36,7 +39,11 @@ struct ScalingSeries {
   std::optional<LineFit> fwd, bwd;   // each phase on its own
   std::optional<LineFit> peak;       // log(measured peak bytes) vs log N
   std::optional<LineFit> model_peak; // the model's, when every row has one
+  // The same fits over the larger half of the N (at least two points): the asymptotic exponents,
+  // free of the O(N·d) terms that dominate at small N (standard memory -> 2, v2 -> 1).
+  std::optional<LineFit> time_large_n, peak_large_n;
   double bwd_over_fwd_median = 0, bwd_over_fwd_max = 0;
+  int64_t bwd_over_fwd_max_seq = 0;  // the N of the largest bwd/fwd
 };
 
 // Where v2 becomes faster than standard (fwd + bwd medians) along N, for one backend and shape.
