@@ -124,13 +124,14 @@ void pack_b(Op op, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t 
       }
       continue;
     }
-    // op(B)[k, j] = B[j, k]: read each source row (contiguous in k) once, write it down a column.
-    for (int64_t c = 0; c < cols; ++c) {
-      const float* src = B + (j0 + strip + c) * ldb + k0;
-      for (int64_t k = 0; k < kc; ++k) dst[k * kNr + c] = src[k];
-    }
-    for (int64_t c = cols; c < kNr; ++c)
-      for (int64_t k = 0; k < kc; ++k) dst[k * kNr + c] = 0.0f;
+    // op(B)[k, j] = B[j, k]: whole kLanes × kLanes blocks transposed in registers, the rest
+    // (a partial strip or the last k's) element by element.
+    const float* src = B + (j0 + strip) * ldb + k0;
+    const int64_t full_k = cols == kNr ? kc / kLanes * kLanes : 0;
+    for (int64_t k = 0; k < full_k; k += kLanes)
+      for (int64_t c = 0; c < kNr; c += kLanes) simd::transpose_block(src + c * ldb + k, ldb, dst + k * kNr + c, kNr);
+    for (int64_t k = full_k; k < kc; ++k)
+      for (int64_t c = 0; c < kNr; ++c) dst[k * kNr + c] = c < cols ? src[c * ldb + k] : 0.0f;
   }
 }
 
@@ -139,9 +140,9 @@ void pack_a(Op op, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t 
   for (int64_t strip = 0; strip < mc; strip += rows) {
     float* dst = packed_a + strip * kc;
     const int64_t strip_height = std::min(rows, mc - strip);
-    if (op == Op::transpose) {
+    if (op == Op::transpose) {  // strip_height ≤ kMaxMr ≤ kLanes floats per k
       for (int64_t k = 0; k < kc; ++k)
-        std::memcpy(dst + k * strip_height, A + (k0 + k) * lda + i0 + strip, strip_height * sizeof(float));
+        store_partial(dst + k * strip_height, load_partial(A + (k0 + k) * lda + i0 + strip, strip_height), strip_height);
       continue;
     }
     for (int64_t r = 0; r < strip_height; ++r) {
