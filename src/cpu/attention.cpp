@@ -81,11 +81,16 @@ void exp_shifted_scaled(const float* in, float* out, int64_t visible, int64_t wi
 // (leading dim ld_dst); dst[c, rows:rows_padded] = 0, so a padded tile holds only finite values.
 void transpose(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float factor, float* dst,
                int64_t ld_dst, int64_t rows_padded) {
-  constexpr int64_t kBlock = 16;  // a 16 × 16 block of floats: one cache line per source row
+  constexpr int64_t kBlock = simd::kLanes;  // whole blocks go through registers, edges element-wise
   for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
-    for (int64_t c0 = 0; c0 < cols; c0 += kBlock)
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+      if (r0 + kBlock <= rows && c0 + kBlock <= cols) {
+        simd::transpose_block(src + r0 * ld_src + c0, ld_src, dst + c0 * ld_dst + r0, ld_dst, factor);
+        continue;
+      }
       for (int64_t c = c0; c < std::min(cols, c0 + kBlock); ++c)
         for (int64_t r = r0; r < std::min(rows, r0 + kBlock); ++r) dst[c * ld_dst + r] = factor * src[r * ld_src + c];
+    }
   for (int64_t c = 0; c < cols; ++c) std::fill(dst + c * ld_dst + rows, dst + c * ld_dst + rows_padded, 0.0f);
 }
 
