@@ -10,7 +10,8 @@
 #
 # Environment: SEQS="2048 4096", HEAD_DIMS="64 128", MASKS="false true", HEADS=8, BATCH=1,
 # THREADS (default: all cores), MAX_TIME=5 [s of samples per configuration and variant],
-# BUILD_DIR (default: build), SKIP_BUILD=1 to use an existing build, SKIP_PEER=1, PEAK_SIZE=2048,
+# SCALING_THREADS (default "1 THREADS"; "none" skips the scaling runs), BUILD_DIR (default: build),
+# SKIP_BUILD=1 to use an existing build, SKIP_PEER=1, PEAK_SIZE=2048,
 # PYTHON (default: the system's /usr/bin/python3, where Debian's python3-torch lives).
 # The sgemm peak used for "% of peak" is the higher of flashbench's gemm and OpenBLAS's sgemm
 # (when the build found OpenBLAS), taking the higher of the two measurements around the sweep, so
@@ -51,6 +52,19 @@ if [ "${SKIP_PEER:-0}" != 1 ]; then
   "$python" "$root/scripts/peers/torch_cpu.py" "$out/torch-cpu.json" --seq "$(comma "$seqs")" \
     --head-dim "$(comma "$head_dims")" --mask "$mask_arg" --heads "$heads" --batch "$batch" \
     --threads "$threads" --max-time "$max_time"
+fi
+# Thread scaling: v2 and standard on the first shape, once per thread count, same sampling rule.
+scaling=${SCALING_THREADS:-"1 $threads"}
+first_seq=${seqs%% *}
+first_d=${head_dims%% *}
+rm -f "$out"/scaling-t*.json
+if [ "$scaling" != "none" ]; then
+  for t in $scaling; do
+    echo "== scaling: $t threads, N=$first_seq d=$first_d"
+    "$flashbench" run --variant standard,v2 --seq "$first_seq" --head-dim "$first_d" --heads "$heads" \
+      --batch "$batch" --threads "$t" --min-samples 5 --max-time "$max_time" --no-check \
+      --format json --out "$out/scaling-t$t.json"
+  done
 fi
 echo "== peak after"
 "$flashbench" info --peak --threads "$threads" --peak-size "$peak_size" --format json > "$out/peak-after.json"
@@ -106,4 +120,30 @@ for r in rows:
 for r in ours:
     if r.get("status") != "ok":
         print(f"{r['variant']} {r['problem']}: {r['status']} {r.get('reason', '')}")
+
+import glob, re
+scaling = {}
+for path in glob.glob(os.path.join(out, "scaling-t*.json")):
+    threads = int(re.search(r"scaling-t(\d+)\.json$", path).group(1))
+    for r in json.load(open(path))["rows"]:
+        if r.get("status") == "ok":
+            scaling[(r["variant"], threads)] = r
+if scaling:
+    counts = sorted({t for _, t in scaling})
+    some = next(iter(scaling.values()))["problem"]
+    print()
+    print(f"Thread scaling (N={some['seq']} d={some['head_dim']}, B={some['batch']} H={some['heads']}): GFLOP/s and"
+          " parallel efficiency = speed-up / threads, against 1 thread")
+    for variant in ("standard", "v2"):
+        for phase in ("fwd", "bwd"):
+            base = scaling.get((variant, 1))
+            cells = []
+            for t in counts:
+                r = scaling.get((variant, t))
+                if not r:
+                    continue
+                g = gflops(r, phase)
+                eff = f" ({100 * g / gflops(base, phase) / t:.0f}%)" if base else ""
+                cells.append(f"{t}T {g:.0f}{eff}")
+            print(f"  {variant:<9}{phase}: " + ", ".join(cells))
 PY
