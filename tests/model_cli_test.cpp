@@ -1,0 +1,107 @@
+// `flashbench model` and `flashbench fit` driven as a person would: presets print the documents'
+// numbers with their flags, JSON carries the contract's keys, fit answers fast, bad sizes exit 2.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace flashbench {
+namespace {
+
+struct CommandResult {
+  int exit_code;
+  std::string out;  // stdout only: JSON must parse without stderr mixed in
+};
+
+CommandResult flashbench(const std::string& arguments) {
+  const std::string command = std::string(FLASHBENCH_BINARY) + " " + arguments + " 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  CommandResult result{-1, ""};
+  if (!pipe) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.out.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+// The cells of the table line that starts with `label`, split where two or more spaces separate them.
+std::vector<std::string> cells_of_line(const std::string& text, const std::string& label) {
+  const size_t start = text.find("\n" + label);
+  if (start == std::string::npos) return {};
+  const std::string line = text.substr(start + 1, text.find('\n', start + 1) - start - 1);
+  std::vector<std::string> cells;
+  std::regex separator("\\s{2,}");
+  for (std::sregex_token_iterator it(line.begin(), line.end(), separator, -1), end; it != end; ++it)
+    cells.push_back(*it);
+  return cells;
+}
+
+TEST(ModelCommand, Seed002TablePrintsPublishedFormulaAndFlags) {
+  const CommandResult r = flashbench("model --preset seed-002 --threads 4");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  using Cells = std::vector<std::string>;
+  // quantity, as published, formula, head-aware, flashbench, flag
+  const Cells v1_extra = cells_of_line(r.out, "V1 extra per layer (S)");
+  ASSERT_EQ(v1_extra.size(), 6u) << r.out;
+  EXPECT_EQ(Cells(v1_extra.begin() + 1, v1_extra.begin() + 4), (Cells{"128.00 MB", "32.00 MB", "1.00 GiB"}));
+  EXPECT_EQ(v1_extra[5].rfind("MISMATCH", 0), 0u);
+  const Cells v1_total = cells_of_line(r.out, "V1 total, 32 layers");
+  ASSERT_GE(v1_total.size(), 3u);
+  EXPECT_EQ(Cells(v1_total.begin() + 1, v1_total.begin() + 3), (Cells{"4.22 GB", "1.19 GB"}));
+  const Cells saving = cells_of_line(r.out, "V2 saving vs standard");
+  ASSERT_GE(saving.size(), 3u);
+  EXPECT_EQ(Cells(saving.begin() + 1, saving.begin() + 3), (Cells{"97.6%", "81.2%"}));
+  const Cells o = cells_of_line(r.out, "O per layer (V2)");
+  ASSERT_EQ(o.size(), 5u) << "no flag on a matching row";
+  EXPECT_EQ(Cells(o.begin() + 1, o.end()), (Cells{"1.00 MB", "1.00 MB", "32.0 MiB", "32.0 MiB"}));
+  size_t flags = 0;
+  for (size_t at = r.out.find("MISMATCH ["); at != std::string::npos; at = r.out.find("MISMATCH [", at + 1)) ++flags;
+  EXPECT_EQ(flags, 5u);
+}
+
+TEST(ModelCommand, JsonRowsPerVariant) {
+  const CommandResult r = flashbench("model --seq 1000 --heads 4 --head-dim 64 --layers 3 --dtype bf16 --threads 2 --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto document = nlohmann::json::parse(r.out);
+  ASSERT_EQ(document["rows"].size(), 4u);
+  for (const auto& row : document["rows"]) {
+    EXPECT_EQ(row["problem"]["dtype"], "bf16");
+    const auto& model = row["memory"]["model"];
+    int64_t sum = 0;
+    for (const char* tag : {"input", "activation", "kept", "workspace", "grad"}) sum += model["by_tag"][tag].get<int64_t>();
+    EXPECT_EQ(sum, model["peak_bytes"].get<int64_t>()) << row["variant"];
+  }
+  EXPECT_EQ(document["rows"][0]["memory"]["model"]["kept_bytes"], 3 * (4 * 1000 * 1000 * 2));  // 3 bf16 P's
+}
+
+TEST(FitCommand, AnswersInWellUnderASecond) {
+  const auto start = std::chrono::steady_clock::now();
+  const CommandResult r = flashbench("fit --budget 16GiB --layers 32 --heads 32 --head-dim 128 --format json");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_LT(seconds, 1.0);
+  const auto document = nlohmann::json::parse(r.out);
+  ASSERT_EQ(document["rows"].size(), 4u);
+  for (const auto& row : document["rows"]) {
+    EXPECT_EQ(row["budget_bytes"].get<int64_t>(), int64_t{16} << 30);
+    EXPECT_LE(row["model_peak_bytes"].get<int64_t>(), int64_t{16} << 30);
+    EXPECT_GT(row["max_seq"].get<int64_t>(), 0);
+  }
+}
+
+TEST(FitCommand, BadBudgetIsAUsageError) {
+  EXPECT_EQ(flashbench("fit --budget 16XB").exit_code, 2);
+  EXPECT_EQ(flashbench("fit --budget -1GiB").exit_code, 2);
+  EXPECT_EQ(flashbench("model --preset seed-999").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace flashbench
