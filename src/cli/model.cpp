@@ -2,6 +2,7 @@
 // figures (--preset), without running a kernel.
 #include <omp.h>
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -144,19 +145,28 @@ int print_model(const ModelOptions& options) {
   return 0;
 }
 
+// 1073741824 -> "1,073,741,824"
+std::string group_thousands(double value) {
+  std::string digits = fmt::format("{:.0f}", value);
+  for (int at = int(digits.size()) - 3; at > 0; at -= 3) digits.insert(size_t(at), ",");
+  return digits;
+}
+
 std::string format_value(const PresetRow& row, double value) {
   if (row.value_kind == "percent") return fmt::format("{:.1f}%", value);
-  if (row.value_kind == "count") return fmt::format("{:.0f}", value);
+  if (row.value_kind == "count") return group_thousands(value);
   return format_bytes(static_cast<int64_t>(value));
 }
 
-// The formula in the document's own unit and precision, so it reads against the printed figure.
+// The formula in the document's own unit, so it reads against the printed figure: at the printed
+// precision where the document gives an exact figure, with one decimal where it says "about".
 std::string format_in_document_units(const PresetRow& row) {
   if (!row.formula) return "-";
   if (row.claim == Claim::none || row.value_kind == "count") return format_value(row, *row.formula);
   const double value = *row.formula / row.unit_bytes;
-  if (row.value_kind == "percent") return fmt::format("{:.{}f}%", value, row.decimals);
-  return fmt::format("{:.{}f} {}", value, row.decimals, row.unit_label);
+  const int decimals = row.claim == Claim::exact ? row.decimals : std::max(row.decimals, 1);
+  if (row.value_kind == "percent") return fmt::format("{:.{}f}%", value, decimals);
+  return fmt::format("{:.{}f} {}", value, decimals, row.unit_label);
 }
 
 ordered_json optional_json(const std::optional<double>& value) {
@@ -186,7 +196,8 @@ int print_preset(const ModelOptions& options) {
   }
   std::cout << fmt::format("preset {}: {}\nconfiguration: {}; {}\n", preset.name, preset.source,
                            preset.problem.describe(), preset.assumptions);
-  std::cout << "published and formula: the document's scope; head-aware and flashbench: all heads and batch\n\n";
+  std::cout << "published and formula: the document's scope and units; head-aware and flashbench: all heads and\n"
+               "batch counted, in KiB/MiB/GiB/TiB (powers of 1024)\n\n";
   std::vector<std::vector<std::string>> lines = {
       {"quantity", "as published", "formula", "head-aware", "flashbench", ""}};
   std::vector<std::string> notes;

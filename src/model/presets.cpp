@@ -32,7 +32,7 @@ bool agrees(const PresetRow& row) {
 }
 
 struct Printed {
-  std::string text;  // verbatim, translated where the document words it in Chinese
+  std::string text;  // as printed; words around a number translated from the Chinese
   double value = 0;  // the number printed
   double unit_bytes = 1;
   std::string unit_label;
@@ -176,7 +176,7 @@ Preset seed_000(const cpu::Tiling& tiling, int threads) {
   const double N = double(p.seq), BH = double(p.heads_total());
   const VariantModels m = model_all(p, tiling, threads);
 
-  PresetRow row = make_row("P elements per head", Printed{"over 1.07 billion (超过10.7亿)", 1.07, 1e9, "billion", 2, Claim::over},
+  PresetRow row = make_row("P elements per head", Printed{"over 1.07 billion", 1.07, 1e9, "billion", 2, Claim::over},
                            N * N, N * N * BH, "", "count");
   set_flashbench(row, double(p.score_elements()), "standard: elements of kept P per layer, all heads");
   preset.rows.push_back(row);
@@ -186,7 +186,7 @@ Preset seed_000(const cpu::Tiling& tiling, int threads) {
   set_flashbench(row, double(m.standard_layer.kept_bytes), "standard: kept P per layer, all heads");
   preset.rows.push_back(row);
 
-  row = make_row("P per layer, 32 heads, fp16", Printed{"nearly 70GB (近70GB)", 70, kGB, "GB", 0, Claim::nearly},
+  row = make_row("P per layer, 32 heads, fp16", Printed{"nearly 70GB", 70, kGB, "GB", 0, Claim::nearly},
                  2 * N * N * BH, 2 * N * N * BH, "");
   set_flashbench(row, double(m.standard.peak_bytes), "standard: modelled peak of one layer, all tags");
   preset.rows.push_back(row);
@@ -215,7 +215,7 @@ Preset seed_003(const cpu::Tiling& tiling, int threads) {
   const double N = double(p.seq), BH = double(p.heads_total());
   const VariantModels m = model_all(p, tiling, threads);
 
-  PresetRow row = make_row("P per head, fp16", Printed{"about 32 GB (约 32 GB)", 32, kGB, "GB", 0, Claim::about},
+  PresetRow row = make_row("P per head, fp16", Printed{"about 32 GB", 32, kGB, "GB", 0, Claim::about},
                            2 * N * N, 2 * N * N * BH,
                            "2 x 131072^2 B = 34.4 GB; 32 is its size in GiB (2^30 B) printed as GB");
   set_flashbench(row, double(m.standard_layer.kept_bytes), "standard: kept P per layer, all heads");
