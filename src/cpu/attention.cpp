@@ -448,10 +448,13 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
   std::fill(dV, dV + BH * N * d, 0.0f);
 
   const V2Backward kernel{s, t, Q, K, V, dO, lse, D, dQ, dK, dV};
+  // A thread that owns whole heads shares nothing and computes each tile once, but the busiest
+  // thread then has ceil(BH/T) heads where a perfect split would give it BH/T. Splitting heads by
+  // column blocks (dK, dV) and then row blocks (dQ) balances perfectly but recomputes S and dP for
+  // dQ: 7 tile products instead of 5. Take whole heads unless that balances worse than 5/7.
   const int threads = omp_get_max_threads();
-  if (BH % threads == 0 || BH >= 4 * threads) {
-    // Enough heads for every thread: a thread owns whole heads, so dQ, dK and dV accumulate
-    // without conflicts and each tile is computed once.
+  const double whole_head_balance = double(BH) / threads / std::ceil(double(BH) / threads);
+  if (whole_head_balance >= 5.0 / 7.0) {
     parallel_over_heads(BH, [&](int64_t h) {
       const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
       for (int64_t c0 = 0; c0 < N; c0 += Bc) {
