@@ -1,6 +1,7 @@
 // Row kernels of the materialising variants (standard, v1, checkpoint): one thread block per row
 // of an [BH, N, N] matrix. Each row is read twice (statistics, then the elementwise pass); the
-// second read mostly hits L2, since one row is at most N·2 bytes.
+// second read mostly hits L2, since one row is at most N·2 bytes. Rows whose length is a multiple
+// of 16 bytes are read and written in 16-byte chunks.
 #include <cfloat>
 
 #include "element.cuh"
@@ -54,15 +55,50 @@ __device__ __forceinline__ int64_t valid_length(int64_t query, int64_t seq, bool
   return causal ? query + 1 : seq;
 }
 
+// kWidth consecutive elements of a row as floats: one 16-byte access when kWidth > 1 (rows whose
+// length is a multiple of kWidth, so every chunk is aligned and inside its row), else one element.
+template <class T, int kWidth>
+struct Chunk {
+  float value[kWidth];
+  __device__ __forceinline__ void load(const T* source) {
+    if constexpr (kWidth == 1) {
+      value[0] = to_float(source[0]);
+    } else {
+      static_assert(kWidth * sizeof(T) == 16, "a chunk is one 16-byte access");
+      const uint4 bits = *reinterpret_cast<const uint4*>(source);
+      const T* elements = reinterpret_cast<const T*>(&bits);
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) value[e] = to_float(elements[e]);
+    }
+  }
+  __device__ __forceinline__ void store(T* target) const {
+    if constexpr (kWidth == 1) {
+      target[0] = from_float<T>(value[0]);
+    } else {
+      uint4 bits;
+      T* elements = reinterpret_cast<T*>(&bits);
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) elements[e] = from_float<T>(value[e]);
+      *reinterpret_cast<uint4*>(target) = bits;
+    }
+  }
+};
+
 // scores/probs: [BH·N rows, N]; row_max/row_sum: [BH·N]. probs may alias scores.
-template <class T>
+template <class T, int kWidth>
 __global__ void __launch_bounds__(kRowThreads) softmax_rows_kernel(const T* scores, T* probs, float* row_max,
                                                                    float* row_sum, int64_t seq, bool causal) {
   const int64_t row = blockIdx.x;
   const int64_t length = valid_length(row % seq, seq, causal);
   const T* s = scores + row * seq;
   RowStats stats;
-  for (int64_t j = threadIdx.x; j < length; j += kRowThreads) stats = merge(stats, {to_float(s[j]), 1.0f});
+  for (int64_t j = int64_t(threadIdx.x) * kWidth; j < length; j += kRowThreads * kWidth) {
+    Chunk<T, kWidth> chunk;
+    chunk.load(s + j);
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e)
+      if (j + e < length) stats = merge(stats, {chunk.value[e], 1.0f});
+  }
   stats = block_merge(stats);
   if (threadIdx.x == 0) {
     if (row_max) row_max[row] = stats.max;
@@ -71,11 +107,17 @@ __global__ void __launch_bounds__(kRowThreads) softmax_rows_kernel(const T* scor
   if (!probs) return;
   T* p = probs + row * seq;
   const float inverse_sum = 1.0f / stats.sum;
-  for (int64_t j = threadIdx.x; j < seq; j += kRowThreads)
-    p[j] = from_float<T>(j < length ? __expf(to_float(s[j]) - stats.max) * inverse_sum : 0.0f);
+  for (int64_t j = int64_t(threadIdx.x) * kWidth; j < seq; j += kRowThreads * kWidth) {
+    Chunk<T, kWidth> chunk;
+    chunk.load(s + j);
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e)
+      chunk.value[e] = j + e < length ? __expf(chunk.value[e] - stats.max) * inverse_sum : 0.0f;
+    chunk.store(p + j);
+  }
 }
 
-template <class T>
+template <class T, int kWidth>
 __global__ void __launch_bounds__(kRowThreads) probs_from_scores_kernel(const T* scores, const float* row_max,
                                                                         const float* row_sum, T* probs,
                                                                         int64_t seq, bool causal) {
@@ -84,13 +126,19 @@ __global__ void __launch_bounds__(kRowThreads) probs_from_scores_kernel(const T*
   const float max = row_max[row], inverse_sum = 1.0f / row_sum[row];
   const T* s = scores + row * seq;
   T* p = probs + row * seq;
-  for (int64_t j = threadIdx.x; j < seq; j += kRowThreads)
-    p[j] = from_float<T>(j < length ? __expf(to_float(s[j]) - max) * inverse_sum : 0.0f);
+  for (int64_t j = int64_t(threadIdx.x) * kWidth; j < seq; j += kRowThreads * kWidth) {
+    Chunk<T, kWidth> chunk;
+    chunk.load(s + j);
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e)
+      chunk.value[e] = j + e < length ? __expf(chunk.value[e] - max) * inverse_sum : 0.0f;
+    chunk.store(p + j);
+  }
 }
 
 // In the forward pass O_i = Σ_j P_ij V_j with P = softmax(S), so
 // dS_ij = P_ij (dP_ij − Σ_k P_ik dP_ik), the sum running over the whole row (not one tile).
-template <class T>
+template <class T, int kWidth>
 __global__ void __launch_bounds__(kRowThreads) softmax_backward_kernel(const T* probs, T* dprobs, int64_t seq,
                                                                        bool causal) {
   const int64_t row = blockIdx.x;
@@ -98,22 +146,68 @@ __global__ void __launch_bounds__(kRowThreads) softmax_backward_kernel(const T* 
   const T* p = probs + row * seq;
   T* dp = dprobs + row * seq;
   float partial = 0.0f;
-  for (int64_t j = threadIdx.x; j < length; j += kRowThreads) partial += to_float(p[j]) * to_float(dp[j]);
+  for (int64_t j = int64_t(threadIdx.x) * kWidth; j < length; j += kRowThreads * kWidth) {
+    Chunk<T, kWidth> pc, dpc;
+    pc.load(p + j);
+    dpc.load(dp + j);
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e)
+      if (j + e < length) partial += pc.value[e] * dpc.value[e];
+  }
   const float row_dot = block_sum(partial);
-  for (int64_t j = threadIdx.x; j < seq; j += kRowThreads)
-    dp[j] = from_float<T>(j < length ? to_float(p[j]) * (to_float(dp[j]) - row_dot) : 0.0f);
+  for (int64_t j = int64_t(threadIdx.x) * kWidth; j < seq; j += kRowThreads * kWidth) {
+    Chunk<T, kWidth> pc, dpc;
+    pc.load(p + j);
+    dpc.load(dp + j);
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e)
+      dpc.value[e] = j + e < length ? pc.value[e] * (dpc.value[e] - row_dot) : 0.0f;
+    dpc.store(dp + j);
+  }
+}
+
+// Launches kernel<T, width> with 16-byte chunks when every row is a whole number of them.
+template <class T, template <class, int> class Launch, class... Args>
+void launch_by_width(int64_t seq, Args&&... args) {
+  constexpr int kWide = int(16 / sizeof(T));
+  if (seq % kWide == 0) Launch<T, kWide>::run(args...);
+  else Launch<T, 1>::run(args...);
 }
 
 unsigned row_count(const LayerShape& shape) { return static_cast<unsigned>(shape.heads_total * shape.seq); }
+
+template <class T, int kWidth>
+struct SoftmaxRows {
+  static void run(const LayerShape& shape, const void* scores, void* probs, float* row_max, float* row_sum,
+                  cudaStream_t stream) {
+    softmax_rows_kernel<T, kWidth><<<row_count(shape), kRowThreads, 0, stream>>>(
+        static_cast<const T*>(scores), static_cast<T*>(probs), row_max, row_sum, shape.seq, shape.causal);
+  }
+};
+
+template <class T, int kWidth>
+struct ProbsFromScores {
+  static void run(const LayerShape& shape, const void* scores, const float* row_max, const float* row_sum,
+                  void* probs, cudaStream_t stream) {
+    probs_from_scores_kernel<T, kWidth><<<row_count(shape), kRowThreads, 0, stream>>>(
+        static_cast<const T*>(scores), row_max, row_sum, static_cast<T*>(probs), shape.seq, shape.causal);
+  }
+};
+
+template <class T, int kWidth>
+struct SoftmaxBackward {
+  static void run(const LayerShape& shape, const void* probs, void* dprobs, cudaStream_t stream) {
+    softmax_backward_kernel<T, kWidth><<<row_count(shape), kRowThreads, 0, stream>>>(
+        static_cast<const T*>(probs), static_cast<T*>(dprobs), shape.seq, shape.causal);
+  }
+};
 
 }  // namespace
 
 void softmax_rows(const LayerShape& shape, const void* scores, void* probs, float* row_max, float* row_sum,
                   cudaStream_t stream) {
   dispatch_dtype(shape.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    softmax_rows_kernel<T><<<row_count(shape), kRowThreads, 0, stream>>>(
-        static_cast<const T*>(scores), static_cast<T*>(probs), row_max, row_sum, shape.seq, shape.causal);
+    launch_by_width<decltype(tag), SoftmaxRows>(shape.seq, shape, scores, probs, row_max, row_sum, stream);
   });
   check_launch("softmax_rows");
 }
@@ -121,18 +215,14 @@ void softmax_rows(const LayerShape& shape, const void* scores, void* probs, floa
 void probs_from_scores(const LayerShape& shape, const void* scores, const float* row_max, const float* row_sum,
                        void* probs, cudaStream_t stream) {
   dispatch_dtype(shape.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    probs_from_scores_kernel<T><<<row_count(shape), kRowThreads, 0, stream>>>(
-        static_cast<const T*>(scores), row_max, row_sum, static_cast<T*>(probs), shape.seq, shape.causal);
+    launch_by_width<decltype(tag), ProbsFromScores>(shape.seq, shape, scores, row_max, row_sum, probs, stream);
   });
   check_launch("probs_from_scores");
 }
 
 void softmax_backward_rows(const LayerShape& shape, const void* probs, void* dprobs, cudaStream_t stream) {
   dispatch_dtype(shape.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    softmax_backward_kernel<T><<<row_count(shape), kRowThreads, 0, stream>>>(
-        static_cast<const T*>(probs), static_cast<T*>(dprobs), shape.seq, shape.causal);
+    launch_by_width<decltype(tag), SoftmaxBackward>(shape.seq, shape, probs, dprobs, stream);
   });
   check_launch("softmax_backward_rows");
 }
