@@ -137,14 +137,25 @@ void pack_b(Op op, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t 
 
 // op(A)[i0 : i0+mc, k0 : k0+kc] into strips of `rows` rows, k-major: strip[k * rows + r].
 void pack_a(Op op, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t rows, int64_t k0, int64_t kc) {
+  if (op == Op::transpose) {
+    // op(A)[i, k] = A[k, i]: source row k holds all mc values of step k contiguously; read it once,
+    // front to back, and deal it out to the strips (strip height ≤ kMaxMr ≤ kLanes floats).
+    constexpr int64_t kRowsAhead = 8;  // rows lie lda apart, often in memory: ask for them early
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = A + (k0 + k) * lda + i0;
+      if (k + kRowsAhead < kc)
+        for (int64_t i = 0; i < mc; i += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(src + kRowsAhead * lda + i), _MM_HINT_T0);
+      for (int64_t strip = 0; strip < mc; strip += rows) {
+        const int64_t strip_height = std::min(rows, mc - strip);
+        store_partial(packed_a + strip * kc + k * strip_height, load_partial(src + strip, strip_height), strip_height);
+      }
+    }
+    return;
+  }
   for (int64_t strip = 0; strip < mc; strip += rows) {
     float* dst = packed_a + strip * kc;
     const int64_t strip_height = std::min(rows, mc - strip);
-    if (op == Op::transpose) {  // strip_height ≤ kMaxMr ≤ kLanes floats per k
-      for (int64_t k = 0; k < kc; ++k)
-        store_partial(dst + k * strip_height, load_partial(A + (k0 + k) * lda + i0 + strip, strip_height), strip_height);
-      continue;
-    }
     for (int64_t r = 0; r < strip_height; ++r) {
       const float* src = A + (i0 + strip + r) * lda + k0;
       for (int64_t k = 0; k < kc; ++k) dst[k * strip_height + r] = src[k];
