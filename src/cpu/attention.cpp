@@ -376,6 +376,12 @@ struct V2Backward {
   // Whether tile (row block ending r1, column block starting c0) has any visible entry.
   bool tile_needed(int64_t r1, int64_t c0) const { return !s.causal || c0 < r1; }
 
+  // Columns of the block starting at c0 (`width` wide) that any row before r1 sees: under the causal
+  // mask none past r1 − 1, so a diagonal tile shrinks to them (its dK, dV rows beyond get nothing).
+  int64_t visible_width(int64_t r1, int64_t c0, int64_t width) const {
+    return s.causal ? std::min(width, r1 - c0) : width;
+  }
+
   // K̃ᵀ_c and Vᵀ_c of column block c0..c0+width of head h.
   void load_column_block(int64_t h, int64_t c0, int64_t width, const V2BackwardScratch& w) const {
     const int64_t d = s.head_dim, Bc = t.col_block, offset = h * s.seq * d;
@@ -463,9 +469,10 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
         for (int64_t r0 = s.causal ? c0 / Br * Br : 0; r0 < N; r0 += Br) {
           const int64_t r1 = std::min(N, r0 + Br);
           if (!kernel.tile_needed(r1, c0)) continue;
-          kernel.tile(h, r0, r1, c0, width, w);
-          kernel.accumulate_dK_dV(h, r0, r1, c0, width, w);
-          kernel.accumulate_dQ(h, r0, r1, c0, width, w);
+          const int64_t visible_width = kernel.visible_width(r1, c0, width);
+          kernel.tile(h, r0, r1, c0, visible_width, w);
+          kernel.accumulate_dK_dV(h, r0, r1, c0, visible_width, w);
+          kernel.accumulate_dQ(h, r0, r1, c0, visible_width, w);
         }
       }
     });
@@ -480,8 +487,9 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
     for (int64_t r0 = s.causal ? c0 / Br * Br : 0; r0 < N; r0 += Br) {
       const int64_t r1 = std::min(N, r0 + Br);
       if (!kernel.tile_needed(r1, c0)) continue;
-      kernel.tile(h, r0, r1, c0, width, w);
-      kernel.accumulate_dK_dV(h, r0, r1, c0, width, w);
+      const int64_t visible_width = kernel.visible_width(r1, c0, width);
+      kernel.tile(h, r0, r1, c0, visible_width, w);
+      kernel.accumulate_dK_dV(h, r0, r1, c0, visible_width, w);
     }
   });
   parallel_over_blocks(BH, block_count(N, Br), [&](int64_t h, int64_t rb) {
@@ -490,8 +498,9 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
     for (int64_t c0 = 0; c0 < N && kernel.tile_needed(r1, c0); c0 += Bc) {
       const int64_t width = std::min(Bc, N - c0);
       kernel.load_column_block(h, c0, width, w);
-      kernel.tile(h, r0, r1, c0, width, w);
-      kernel.accumulate_dQ(h, r0, r1, c0, width, w);
+      const int64_t visible_width = kernel.visible_width(r1, c0, width);
+      kernel.tile(h, r0, r1, c0, visible_width, w);
+      kernel.accumulate_dQ(h, r0, r1, c0, visible_width, w);
     }
   });
 }
