@@ -449,9 +449,6 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
     for (int64_t i = rb * Br; i < std::min(N, rb * Br + Br); ++i)
       D[h * N + i] = dot(dO + (h * N + i) * d, O + (h * N + i) * d, d);
   });
-  std::fill(dQ, dQ + BH * N * d, 0.0f);
-  std::fill(dK, dK + BH * N * d, 0.0f);
-  std::fill(dV, dV + BH * N * d, 0.0f);
 
   const V2Backward kernel{s, t, Q, K, V, dO, lse, D, dQ, dK, dV};
   // A thread that owns whole heads shares nothing and computes each tile once, but the busiest
@@ -463,6 +460,8 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
   if (whole_head_balance >= 5.0 / 7.0) {
     parallel_over_heads(BH, [&](int64_t h) {
       const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
+      // dQ, dK, dV accumulate; each thread clears what it owns (in parallel, not before the loop).
+      for (float* gradient : {dQ, dK, dV}) std::fill(gradient + h * N * d, gradient + (h + 1) * N * d, 0.0f);
       for (int64_t c0 = 0; c0 < N; c0 += Bc) {
         const int64_t width = std::min(Bc, N - c0);
         kernel.load_column_block(h, c0, width, w);
@@ -483,6 +482,7 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
   parallel_over_blocks(BH, block_count(N, Bc), [&](int64_t h, int64_t cb) {
     const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
     const int64_t c0 = cb * Bc, width = std::min(Bc, N - c0);
+    for (float* gradient : {dK, dV}) std::fill(gradient + (h * N + c0) * d, gradient + (h * N + c0 + width) * d, 0.0f);
     kernel.load_column_block(h, c0, width, w);
     for (int64_t r0 = s.causal ? c0 / Br * Br : 0; r0 < N; r0 += Br) {
       const int64_t r1 = std::min(N, r0 + Br);
@@ -495,6 +495,7 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
   parallel_over_blocks(BH, block_count(N, Br), [&](int64_t h, int64_t rb) {
     const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
     const int64_t r0 = rb * Br, r1 = std::min(N, r0 + Br);
+    std::fill(dQ + (h * N + r0) * d, dQ + (h * N + r1) * d, 0.0f);
     for (int64_t c0 = 0; c0 < N && kernel.tile_needed(r1, c0); c0 += Bc) {
       const int64_t width = std::min(Bc, N - c0);
       kernel.load_column_block(h, c0, width, w);
