@@ -18,6 +18,12 @@ std::optional<int64_t> peak_resident_bytes();
 // VmRSS from /proc/self/status: the resident set size now. [bytes]
 std::optional<int64_t> resident_bytes();
 
+// Makes the C allocator serve every block of at least `threshold_bytes` with its own mmap and
+// unmap it on free. glibc otherwise raises its mmap threshold (up to 32 MiB) after the first large
+// free and serves later blocks from its heap, whose freed pages stay resident: a configuration
+// that reuses them never raises VmHWM, and its OS peak reads 0 or less. Call once before measuring.
+void use_fresh_pages_for_large_blocks(int64_t threshold_bytes = int64_t{128} << 10);
+
 // MemAvailable from /proc/meminfo: what can be allocated without swapping. [bytes]
 std::optional<int64_t> available_memory_bytes();
 

@@ -1,5 +1,7 @@
 #include "flashbench/os_memory.hpp"
 
+#include <malloc.h>
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -38,6 +40,11 @@ bool reset_peak_resident_bytes() {
 std::optional<int64_t> peak_resident_bytes() { return read_kib_field("/proc/self/status", "VmHWM"); }
 
 std::optional<int64_t> resident_bytes() { return read_kib_field("/proc/self/status", "VmRSS"); }
+
+void use_fresh_pages_for_large_blocks(int64_t threshold_bytes) {
+  // Setting the threshold explicitly also turns off glibc's dynamic adjustment of it.
+  mallopt(M_MMAP_THRESHOLD, static_cast<int>(threshold_bytes));
+}
 
 std::optional<int64_t> available_memory_bytes() { return read_kib_field("/proc/meminfo", "MemAvailable"); }
 
