@@ -31,7 +31,9 @@ double median_noise(const std::vector<double>& samples_ms);
 // When to stop sampling one configuration.
 struct SamplingPolicy {
   int warmup = 1;            // untimed runs first
-  double warmup_ms = 0;      // ... and at least this long of them [ms]
+  // ... and at least this long of them [ms]: small configurations need many runs before threads,
+  // caches and pages settle (a 0.1 ms first configuration measured 80x its median after 1 run).
+  double warmup_ms = 25;
   int min_samples = 5;
   int max_samples = 1000;
   double max_noise = 0.02;   // stop once the median's relative noise is below this

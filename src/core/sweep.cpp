@@ -115,7 +115,8 @@ std::string joined_names(const json& value, std::string_view key) {
     std::string text;
     for (const json& item : value) {
       if (!item.is_string()) bad_token(key, item.dump(), "must be a name");
-      text += (text.empty() ? "" : ",") + item.get<std::string>();
+      if (!text.empty()) text += ',';
+      text += item.get<std::string>();
     }
     return text;
   }

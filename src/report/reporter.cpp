@@ -76,7 +76,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   namespace fs = std::filesystem;
   const fs::path target(path);
   const fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string temp = (directory / ("." + target.filename().string() + ".XXXXXX")).string();
+  std::string temp = (directory / fmt::format(".{}.XXXXXX", target.filename().string())).string();
   const int fd = mkstemp(temp.data());
   if (fd < 0)
     throw RuntimeFailure(fmt::format("cannot create a temporary file in '{}': {}", directory.string(),
@@ -140,11 +140,11 @@ std::string status_cell(const Row& row) {
 std::string describe_meta(const nlohmann::ordered_json& meta) {
   if (!meta.is_object()) return "flashbench";
   std::string text = meta.value("tool", std::string("flashbench"));
-  if (meta.contains("version")) text += " " + meta["version"].get<std::string>();
-  if (meta.contains("git")) text += " (" + meta["git"].get<std::string>() + ")";
-  if (meta.contains("host") && meta["host"].contains("cpu")) text += ", " + meta["host"]["cpu"].get<std::string>();
+  if (meta.contains("version")) text += fmt::format(" {}", meta["version"].get<std::string>());
+  if (meta.contains("git")) text += fmt::format(" ({})", meta["git"].get<std::string>());
+  if (meta.contains("host") && meta["host"].contains("cpu")) text += fmt::format(", {}", meta["host"]["cpu"].get<std::string>());
   if (meta.contains("gpu") && meta["gpu"].is_object() && meta["gpu"].contains("name"))
-    text += ", " + meta["gpu"]["name"].get<std::string>();
+    text += fmt::format(", {}", meta["gpu"]["name"].get<std::string>());
   return text;
 }
 
