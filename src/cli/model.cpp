@@ -180,6 +180,8 @@ int print_preset(const ModelOptions& options) {
     for (const PresetRow& row : preset.rows)
       rows.push_back({{"quantity", row.quantity},
                       {"published", row.published_text},
+                      {"published_value", row.claim == Claim::none ? ordered_json(nullptr)
+                                                                   : ordered_json(row.published_value * row.unit_bytes)},
                       {"formula", optional_json(row.formula)},
                       {"head_aware", optional_json(row.head_aware)},
                       {"flashbench", optional_json(row.flashbench)},
