@@ -112,6 +112,41 @@ TEST(SweepSummary, TableAndJson) {
   EXPECT_EQ(json["crossovers"][0]["faster_from"], 1024);
 }
 
+TEST(SweepSummary, FixedTokenSweepIsOneSeriesPerVariant) {
+  // B·N = 4096 tokens: B = 16, 8, 4, 2, 1 for N = 256 .. 4096; time ∝ B·N² ∝ N.
+  std::vector<Row> rows;
+  for (int64_t n = 256; n <= 4096; n *= 2) {
+    Problem p = small_problem(n);
+    p.batch = 4096 / n;
+    rows.push_back(timed_row(Variant::standard, p, 1e-3 * double(n), 2e-3 * double(n), 4096 * n, 2048 * n));
+    rows.push_back(timed_row(Variant::v2, p, 0.5e-3 * double(n), 1.5e-3 * double(n), 1 << 20, 1 << 16));
+  }
+  const SweepSummary summary = summarize_sweep(rows);
+  ASSERT_EQ(summary.series.size(), 2u);
+  EXPECT_EQ(summary.series[0].shape_label, "B*N=4096 H=2 d=32 L=1 fp32");
+  EXPECT_TRUE(summary.series[0].batch_follows_seq);
+  EXPECT_NEAR(summary.series[0].time->slope, 1.0, 1e-9);
+  EXPECT_NEAR(summary.series[0].peak->slope, 1.0, 1e-9);
+  EXPECT_NEAR(summary.series[1].peak->slope, 0.0, 1e-9);
+  ASSERT_EQ(summary.crossovers.size(), 1u);
+  EXPECT_EQ(summary.crossovers[0].faster_from, 256);
+  EXPECT_TRUE(summary.to_json()["scaling"][0]["shape"]["batch"].is_null());
+}
+
+TEST(SweepSummary, TwoBatchesAtTheSameNAreTwoSeries) {
+  std::vector<Row> rows;
+  for (int64_t batch : {1, 2})
+    for (int64_t n = 256; n <= 1024; n *= 2) {
+      Problem p = small_problem(n);
+      p.batch = batch;
+      rows.push_back(timed_row(Variant::v2, p, 1, 2, 1000 * n, 0));
+    }
+  const SweepSummary summary = summarize_sweep(rows);
+  ASSERT_EQ(summary.series.size(), 2u);
+  EXPECT_EQ(summary.series[1].shape_label, "B=2 H=2 d=32 L=1 fp32");
+  EXPECT_FALSE(summary.series[1].batch_follows_seq);
+}
+
 TEST(SweepSummary, NoScalingFromOneN) {
   std::vector<Row> rows = power_law_rows();
   rows.resize(2);

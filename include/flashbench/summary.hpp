@@ -33,7 +33,10 @@ LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y);
 struct ScalingSeries {
   std::string backend;
   Variant variant = Variant::standard;
-  Problem shape;                     // seq is meaningless here
+  Problem shape;                     // the first row's problem; its seq is meaningless here
+  // True where B changes with N (a sweep at fixed tokens B·N); then shape.batch is the first row's.
+  bool batch_follows_seq = false;
+  std::string shape_label;           // "B=1 H=8 d=64 L=1 fp32" or "B*N=16384 H=16 d=128 L=1 bf16"
   std::vector<int64_t> seq;          // the ok rows' N, ascending
   std::optional<LineFit> time;       // log(fwd+bwd median) vs log N
   std::optional<LineFit> fwd, bwd;   // each phase on its own
@@ -50,6 +53,8 @@ struct ScalingSeries {
 struct Crossover {
   std::string backend;
   Problem shape;
+  bool batch_follows_seq = false;
+  std::string shape_label;
   std::vector<int64_t> seq;     // N where both ran ok
   std::vector<double> ratio;    // v2 time / standard time at each N
   // The smallest measured N from which v2 is faster at every larger measured N; empty when v2 is

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <tuple>
@@ -13,11 +14,45 @@ namespace flashbench {
 
 namespace {
 
-// Series key: backend and every axis but N.
+// Series key: backend and every axis but N; batch kBatchFollowsSeq where the batch changes with N.
 using ShapeKey = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t, bool, int>;
-ShapeKey shape_key(const Row& row) {
+constexpr int64_t kBatchFollowsSeq = -1;
+ShapeKey shape_key(const Row& row, int64_t batch) {
   const Problem& p = row.problem;
-  return {row.backend, p.batch, p.heads, p.head_dim, p.layers, p.causal, static_cast<int>(p.dtype)};
+  return {row.backend, batch, p.heads, p.head_dim, p.layers, p.causal, static_cast<int>(p.dtype)};
+}
+
+// Sweeps at a fixed token count (B·N constant, as GPU sweeps and peers run) change B with N. Rows
+// that differ only in B are one series when no variant ran the same N at two batches; otherwise
+// each batch is its own series.
+std::map<ShapeKey, bool> batches_follow_seq(const std::vector<Row>& rows) {
+  std::map<ShapeKey, std::map<std::pair<Variant, int64_t>, std::vector<int64_t>>> batches;
+  for (const Row& row : rows) batches[shape_key(row, kBatchFollowsSeq)][{row.variant, row.problem.seq}].push_back(row.problem.batch);
+  std::map<ShapeKey, bool> follows;
+  for (const auto& [key, by_point] : batches) {
+    std::vector<int64_t> seen;
+    bool one_batch_per_point = true;
+    for (const auto& [point, list] : by_point) {
+      one_batch_per_point = one_batch_per_point && list.size() == 1;
+      seen.insert(seen.end(), list.begin(), list.end());
+    }
+    std::sort(seen.begin(), seen.end());
+    follows[key] = one_batch_per_point && std::unique(seen.begin(), seen.end()) - seen.begin() > 1;
+  }
+  return follows;
+}
+
+// "B=1 H=8 d=64 L=1 fp32", or "B*N=16384 H=16 ..." / "B varies H=16 ..." where the batch follows N.
+std::string shape_label(const std::vector<const Row*>& rows, bool batch_follows_seq) {
+  const Problem& p = rows.front()->problem;
+  if (!batch_follows_seq) return describe_shape(p);
+  std::vector<int64_t> tokens;
+  for (const Row* row : rows) tokens.push_back(row->problem.batch * row->problem.seq);
+  const bool constant = std::all_of(tokens.begin(), tokens.end(), [&](int64_t t) { return t == tokens.front(); });
+  Problem without_batch = p;
+  without_batch.batch = 1;
+  const std::string rest = describe_shape(without_batch).substr(4);  // drop "B=1 "
+  return constant ? fmt::format("B*N={} {}", tokens.front(), rest) : "B varies " + rest;
 }
 
 bool timed(const Row& row) { return row.status == Status::ok && row.fwd.median_ms > 0 && row.bwd.median_ms > 0; }
@@ -51,9 +86,10 @@ nlohmann::ordered_json fit_json(const std::optional<LineFit>& fit) {
   return j;
 }
 
-nlohmann::ordered_json shape_json(const Problem& p) {
+nlohmann::ordered_json shape_json(const Problem& p, bool batch_follows_seq, const std::string& label) {
   nlohmann::ordered_json j;
-  j["batch"] = p.batch;
+  j["label"] = label;
+  j["batch"] = batch_follows_seq ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(p.batch);
   j["heads"] = p.heads;
   j["head_dim"] = p.head_dim;
   j["layers"] = p.layers;
@@ -144,9 +180,16 @@ SweepSummary summarize_sweep(const std::vector<Row>& rows) {
   // Series in order of first appearance, so the summary follows the sweep.
   std::vector<std::pair<ShapeKey, Variant>> order;
   std::map<std::pair<ShapeKey, Variant>, std::vector<const Row*>> groups;
+  std::vector<Row> timed_rows;
+  std::copy_if(rows.begin(), rows.end(), std::back_inserter(timed_rows), timed);
+  const std::map<ShapeKey, bool> follows = batches_follow_seq(timed_rows);
+  const auto key_of = [&](const Row& row) {
+    const bool merged = follows.at(shape_key(row, kBatchFollowsSeq));
+    return shape_key(row, merged ? kBatchFollowsSeq : row.problem.batch);
+  };
   for (const Row& row : rows) {
     if (!timed(row)) continue;
-    const auto key = std::make_pair(shape_key(row), row.variant);
+    const auto key = std::make_pair(key_of(row), row.variant);
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(&row);
   }
@@ -158,6 +201,8 @@ SweepSummary summarize_sweep(const std::vector<Row>& rows) {
     series.backend = series_rows.front()->backend;
     series.variant = key.second;
     series.shape = series_rows.front()->problem;
+    series.batch_follows_seq = std::get<1>(key.first) == kBatchFollowsSeq;
+    series.shape_label = shape_label(series_rows, series.batch_follows_seq);
     std::vector<double> ratios;
     bool all_modelled = true;
     for (const Row* row : series_rows) {
@@ -196,6 +241,8 @@ SweepSummary summarize_sweep(const std::vector<Row>& rows) {
     Crossover crossover;
     crossover.backend = standard->second.front()->backend;
     crossover.shape = standard->second.front()->problem;
+    crossover.batch_follows_seq = std::get<1>(shape) == kBatchFollowsSeq;
+    crossover.shape_label = shape_label(standard->second, crossover.batch_follows_seq);
     for (const Row* s : standard->second)
       for (const Row* f : v2->second)
         if (f->problem.seq == s->problem.seq) {
@@ -232,7 +279,7 @@ std::string SweepSummary::table() const {
       {"backend", "variant", "shape", "N", "time k", "large N", "fwd k", "bwd k", "peak k", "large N", "model k",
        "bwd/fwd", "seed 002 rule (1.5-2x normal)"}};
   for (const ScalingSeries& s : series) {
-    lines.push_back({s.backend, std::string(to_string(s.variant)), describe_shape(s.shape), seq_range(s.seq),
+    lines.push_back({s.backend, std::string(to_string(s.variant)), s.shape_label, seq_range(s.seq),
                      exponent_text(s.time), exponent_text(s.time_large_n), exponent_text(s.fwd), exponent_text(s.bwd),
                      exponent_text(s.peak), exponent_text(s.peak_large_n), exponent_text(s.model_peak),
                      fmt::format("{:.2f}x", s.bwd_over_fwd_median), rule_text(s)});
@@ -249,7 +296,7 @@ std::string SweepSummary::table() const {
       if (!c.faster_from) verdict = "v2 not faster at the largest N";
       else if (c.faster_from == c.seq.front()) verdict = fmt::format("v2 faster at every N from {}", *c.faster_from);
       else verdict = fmt::format("v2 faster from N = {} (crossover ~{:.0f})", *c.faster_from, *c.interpolated_seq);
-      text += fmt::format("{}: {}: {}; {}\n", c.backend, describe_shape(c.shape), verdict, ratios);
+      text += fmt::format("{}: {}: {}; {}\n", c.backend, c.shape_label, verdict, ratios);
     }
   }
   return text;
@@ -262,7 +309,7 @@ nlohmann::ordered_json SweepSummary::to_json() const {
     nlohmann::ordered_json e;
     e["backend"] = s.backend;
     e["variant"] = std::string(to_string(s.variant));
-    e["shape"] = shape_json(s.shape);
+    e["shape"] = shape_json(s.shape, s.batch_follows_seq, s.shape_label);
     e["seq"] = s.seq;
     e["time"] = fit_json(s.time);
     e["fwd"] = fit_json(s.fwd);
@@ -281,7 +328,7 @@ nlohmann::ordered_json SweepSummary::to_json() const {
   for (const Crossover& c : crossovers) {
     nlohmann::ordered_json e;
     e["backend"] = c.backend;
-    e["shape"] = shape_json(c.shape);
+    e["shape"] = shape_json(c.shape, c.batch_follows_seq, c.shape_label);
     e["seq"] = c.seq;
     e["v2_over_standard"] = c.ratio;
     e["faster_from"] = c.faster_from ? nlohmann::ordered_json(*c.faster_from) : nlohmann::ordered_json(nullptr);
