@@ -30,9 +30,11 @@ using GpuMetaHook = std::function<void(nlohmann::ordered_json& meta)>;
 void set_gpu_meta_hook(GpuMetaHook hook);
 void add_gpu_meta(nlohmann::ordered_json& meta);
 
-// One row in the JSON contract: times [ms], memory [bytes], throughput [TFLOP/s]. Extra keys beyond
-// the contract: timing.*.{count, cv, median_noise, noisy, first_outlier}, bwd_over_fwd, flop,
-// memory.measured.high_water, check.{tolerance, passed}, threads, device, warnings.
+// One row in the JSON contract: times [ms], memory [bytes], throughput [TFLOP/s]; a value that was
+// not measured (an oom row's times) is null. Extra keys beyond the contract:
+// timing.*.{count, cv, median_noise, noise_target, noisy, first_outlier}, bwd_over_fwd, flop [FLOP],
+// memory.measured.high_water, memory.model.peak_phase, check.{tolerance, passed}, threads, device,
+// warnings (the lines the table prints under the row).
 nlohmann::ordered_json row_to_json(const Row& row);
 // The inverse, for `compare`, plots' tests and anything reading our own files. Missing optional
 // parts (model, check, samples) stay empty; a missing required key throws UsageError.
