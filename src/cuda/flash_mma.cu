@@ -27,8 +27,12 @@ struct FlashTile {
   static constexpr int kPad = 8;            // [elements] keeps rows 16-byte aligned; with it the 8 row
                                             // addresses of one ldmatrix fall into 8 different bank groups
   static constexpr int kLd = D + kPad;      // row-major tile [64][D]
-  static constexpr int kLdS = kCols + kPad; // the dS tile [64 queries][64 keys]
   static constexpr int kTile = kRows * kLd; // elements of one [64][D] tile
+  // Backward: 128 keys per block (8 warps × 16 keys) against query tiles of kRows, so each query
+  // tile loaded and each dQ atomic serve twice as many keys as a 64-key block would.
+  static constexpr int kBwdKeys = 128;
+  static constexpr int kBwdThreads = 256;
+  static constexpr int kLdS = kBwdKeys + kPad; // the dS tile [64 queries][128 keys]
 };
 
 template <class T>
@@ -110,13 +114,13 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// Rows row0..row0+63 of a [N, D] head into a shared tile [64][kLd], 16-byte asynchronous copies;
-// rows past N are zero-filled (source size 0).
-template <class T, int D>
+// Rows row0..row0+kRowCount-1 of a [N, D] head into a shared tile [kRowCount][kLd] by a block of
+// kBlockThreads, 16-byte asynchronous copies; rows past N are zero-filled (source size 0).
+template <class T, int D, int kRowCount = FlashTile<D>::kRows, int kBlockThreads = FlashTile<D>::kThreads>
 __device__ void copy_tile_async(T* tile, const T* __restrict__ head, int64_t row0, int64_t seq) {
   using Tile = FlashTile<D>;
   constexpr int kChunksPerRow = D / 8;  // 8 elements = 16 bytes
-  for (int c = threadIdx.x; c < Tile::kRows * kChunksPerRow; c += Tile::kThreads) {
+  for (int c = threadIdx.x; c < kRowCount * kChunksPerRow; c += kBlockThreads) {
     const int r = c / kChunksPerRow, k = (c % kChunksPerRow) * 8;
     const bool inside = row0 + r < seq;
     const T* source = head + (inside ? (row0 + r) * D + k : 0);
@@ -262,12 +266,12 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* __restrict_
   }
 }
 
-// grid (ceil(N/64) key blocks, BH). Each block owns 64 keys (16 per warp) and walks over the query
-// tiles that can see them, accumulating dK and dV in registers; dQ of each query tile is summed
-// over the block's keys in one more product and added to `accumulator` with fp32 atomics.
-// Query tiles (Q, dO, LSE, D) are double-buffered.
+// grid (ceil(N/128) key blocks, BH), 8 warps. Each block owns 128 keys (16 per warp) and walks over
+// the query tiles that can see them, accumulating dK and dV in registers; dQ of each query tile is
+// summed over the block's keys in one more product (each warp: 16 queries × D/2 features) and added
+// to `accumulator` with fp32 atomics. Query tiles (Q, dO, LSE, D) are double-buffered.
 template <class T, int D>
-__global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K,
+__global__ void __launch_bounds__(256, 1) flash_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K,
                                                              const T* __restrict__ V, const T* __restrict__ dO,
                                                              const float* __restrict__ lse,
                                                              const float* __restrict__ row_dot,
@@ -275,15 +279,16 @@ __global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict
                                                              bool causal, float scale, float scale_log2) {
   using Tile = FlashTile<D>;
   extern __shared__ __align__(16) unsigned char shared_raw[];
+  constexpr int kKeyTile = Tile::kBwdKeys * Tile::kLd;  // elements of one [128][D] tile
   T* sK = reinterpret_cast<T*>(shared_raw);
-  T* sV = sK + Tile::kTile;
-  T* sQ = sV + Tile::kTile;        // [2][64][kLd]
+  T* sV = sK + kKeyTile;
+  T* sQ = sV + kKeyTile;           // [2][64][kLd]
   T* sdO = sQ + 2 * Tile::kTile;   // [2][64][kLd]
-  T* sdS = sdO + 2 * Tile::kTile;  // [64 queries][kLdS]
+  T* sdS = sdO + 2 * Tile::kTile;  // [64 queries][kLdS], keys along the row
   float* sLse = reinterpret_cast<float*>(sdS + Tile::kRows * Tile::kLdS);  // [2][64], log2 units
   float* sRowDot = sLse + 2 * Tile::kRows;                                 // [2][64]
 
-  const int64_t head = blockIdx.y, k0 = int64_t(blockIdx.x) * Tile::kCols;
+  const int64_t head = blockIdx.y, k0 = int64_t(blockIdx.x) * Tile::kBwdKeys;
   const int64_t offset = head * seq * D;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int wk = warp * 16;  // this warp's keys within the block
@@ -295,16 +300,16 @@ __global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict
   auto fetch_query_tile = [&](int it) {
     const int buffer = it & 1;
     const int64_t q0 = first_query + int64_t(it) * Tile::kRows;
-    copy_tile_async<T, D>(sQ + buffer * Tile::kTile, Q + offset, q0, seq);
-    copy_tile_async<T, D>(sdO + buffer * Tile::kTile, dO + offset, q0, seq);
+    copy_tile_async<T, D, Tile::kRows, Tile::kBwdThreads>(sQ + buffer * Tile::kTile, Q + offset, q0, seq);
+    copy_tile_async<T, D, Tile::kRows, Tile::kBwdThreads>(sdO + buffer * Tile::kTile, dO + offset, q0, seq);
     if (threadIdx.x < Tile::kRows) {
       const int64_t query = q0 + threadIdx.x;
       sLse[buffer * Tile::kRows + threadIdx.x] = query < seq ? lse[head * seq + query] * kLog2e : 0.0f;
       sRowDot[buffer * Tile::kRows + threadIdx.x] = query < seq ? row_dot[head * seq + query] : 0.0f;
     }
   };
-  copy_tile_async<T, D>(sK, K + offset, k0, seq);
-  copy_tile_async<T, D>(sV, V + offset, k0, seq);
+  copy_tile_async<T, D, Tile::kBwdKeys, Tile::kBwdThreads>(sK, K + offset, k0, seq);
+  copy_tile_async<T, D, Tile::kBwdKeys, Tile::kBwdThreads>(sV, V + offset, k0, seq);
   fetch_query_tile(0);
   cp_async_commit();
 
@@ -375,27 +380,30 @@ __global__ void __launch_bounds__(128) flash_backward_kernel(const T* __restrict
     }
     __syncthreads();  // the whole dS tile is in shared memory
 
-    // dQ = scale · dS K for this warp's 16 queries, over the block's 64 keys.
-    float dq[D / 8][4] = {};
+    // dQ = scale · dS K over the block's 128 keys; warp w takes queries 16·(w%4).. and features
+    // (D/2)·(w/4)..
+    constexpr int kHalf = D / 2;
+    const int dq_row = 16 * (warp % 4), dq_feature = kHalf * (warp / 4);
+    float dq[kHalf / 8][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < Tile::kCols / 16; ++kk) {
+    for (int kk = 0; kk < Tile::kBwdKeys / 16; ++kk) {
       uint32_t dsa[4];
-      load_a(dsa, sdS, Tile::kLdS, warp * 16, 16 * kk, lane);
+      load_a(dsa, sdS, Tile::kLdS, dq_row, 16 * kk, lane);
 #pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
+      for (int np = 0; np < kHalf / 16; ++np) {
         uint32_t bk[4];
-        load_b_from_kn(bk, sK, Tile::kLd, 16 * kk, 16 * np, lane);
+        load_b_from_kn(bk, sK, Tile::kLd, 16 * kk, dq_feature + 16 * np, lane);
         mma_16816<T>(dq[2 * np], dsa, bk[0], bk[1]);
         mma_16816<T>(dq[2 * np + 1], dsa, bk[2], bk[3]);
       }
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t query = q0 + warp * 16 + g + 8 * h;
+      const int64_t query = q0 + dq_row + g + 8 * h;
       if (query >= seq) continue;
-      float* out = accumulator + (head * seq + query) * D;
+      float* out = accumulator + (head * seq + query) * D + dq_feature;
 #pragma unroll
-      for (int nd = 0; nd < D / 8; ++nd) {
+      for (int nd = 0; nd < kHalf / 8; ++nd) {
         atomicAdd(out + 8 * nd + 2 * t, scale * dq[nd][2 * h]);
         atomicAdd(out + 8 * nd + 2 * t + 1, scale * dq[nd][2 * h + 1]);
       }
@@ -425,13 +433,15 @@ size_t forward_shared_bytes() {
 template <class T, int D>
 size_t backward_shared_bytes() {
   using Tile = FlashTile<D>;
-  // K, V, two buffers of Q and of dO, the dS tile; two buffers of LSE and D.
-  return sizeof(T) * size_t(6 * Tile::kTile + Tile::kRows * Tile::kLdS) + sizeof(float) * 4 * Tile::kRows;
+  // K and V [128][kLd], two buffers of Q and of dO [64][kLd], the dS tile; two buffers of LSE and D.
+  return sizeof(T) * size_t(2 * Tile::kBwdKeys * Tile::kLd + 4 * Tile::kTile + Tile::kRows * Tile::kLdS) +
+         sizeof(float) * 4 * Tile::kRows;
 }
 
-dim3 tile_grid(const LayerShape& shape) {
+dim3 tile_grid(const LayerShape& shape, int64_t rows_per_block) {
   if (shape.heads_total > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 heads (B·H)");
-  return dim3(static_cast<unsigned>((shape.seq + 63) / 64), static_cast<unsigned>(shape.heads_total));
+  return dim3(static_cast<unsigned>((shape.seq + rows_per_block - 1) / rows_per_block),
+              static_cast<unsigned>(shape.heads_total));
 }
 
 template <class T, int D>
@@ -440,7 +450,7 @@ void forward_typed(const LayerShape& shape, const void* Q, const void* K, const 
   const size_t shared = forward_shared_bytes<T, D>();
   check_cuda(cudaFuncSetAttribute(flash_forward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)),
              "cudaFuncSetAttribute(flash_forward_kernel)");
-  flash_forward_kernel<T, D><<<tile_grid(shape), FlashTile<D>::kThreads, shared, stream>>>(
+  flash_forward_kernel<T, D><<<tile_grid(shape, FlashTile<D>::kRows), FlashTile<D>::kThreads, shared, stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
       shape.seq, shape.causal, shape.scale * kLog2e);
   check_launch("flash_forward_kernel");
@@ -452,7 +462,8 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
   const size_t shared = backward_shared_bytes<T, D>();
   check_cuda(cudaFuncSetAttribute(flash_backward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)),
              "cudaFuncSetAttribute(flash_backward_kernel)");
-  flash_backward_kernel<T, D><<<tile_grid(shape), FlashTile<D>::kThreads, shared, stream>>>(
+  flash_backward_kernel<T, D><<<tile_grid(shape, FlashTile<D>::kBwdKeys), FlashTile<D>::kBwdThreads, shared,
+                                 stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<const T*>(dO), lse,
       row_dot, accumulator, shape.seq, shape.causal, shape.scale, shape.scale * kLog2e);
   check_launch("flash_backward_kernel");
