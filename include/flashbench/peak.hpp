@@ -5,8 +5,19 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace flashbench {
+
+// One matrix product shape the attention kernels run, timed on one thread with flashbench's gemm
+// and, when built in, OpenBLAS's sgemm (set to one thread), both on the same operands.
+struct ProductRate {
+  std::string name;        // which kernel runs it, e.g. "v2 bwd: dV += Pᵀ·dO tile"
+  std::string ops;         // "NN", "NT", "TN": op(A), op(B)
+  int64_t M = 0, N = 0, K = 0;
+  double gflops = 0;                   // flashbench gemm, median [GFLOP/s]
+  std::optional<double> openblas_gflops;  // [GFLOP/s]
+};
 
 struct PeakReport {
   int threads = 0;
@@ -18,10 +29,11 @@ struct PeakReport {
   double sgemm_gflops_best = 0;      // [GFLOP/s]
   std::optional<double> openblas_gflops;  // cblas_sgemm on the same product, median [GFLOP/s]
   std::string openblas_core;         // the kernel family OpenBLAS chose ("SkylakeX", "Prescott", ...)
+  std::vector<ProductRate> products;  // the attention kernels' product shapes at N = 2048, d = 64
 };
 
 // Measures both ceilings with `threads` threads (≤ 0: OpenMP's default) on an n×n×n sgemm,
-// `sgemm_size` = n. Takes about a second at n = 2048 on two cores.
+// `sgemm_size` = n, then the attention product shapes on one thread. Takes a few seconds.
 PeakReport measure_peak(int threads, int64_t sgemm_size = 2048);
 
 }  // namespace flashbench

@@ -55,6 +55,18 @@ nlohmann::ordered_json peak_json(const PeakReport& peak) {
   j["sgemm_gflops_best"] = peak.sgemm_gflops_best;
   j["openblas_sgemm_gflops"] = peak.openblas_gflops ? nlohmann::ordered_json(*peak.openblas_gflops) : nullptr;
   j["openblas_core"] = peak.openblas_core;
+  j["products"] = nlohmann::ordered_json::array();
+  for (const ProductRate& product : peak.products) {
+    nlohmann::ordered_json p;
+    p["name"] = product.name;
+    p["ops"] = product.ops;
+    p["M"] = product.M;
+    p["N"] = product.N;
+    p["K"] = product.K;
+    p["gflops_1thread"] = product.gflops;
+    p["openblas_gflops_1thread"] = product.openblas_gflops ? nlohmann::ordered_json(*product.openblas_gflops) : nullptr;
+    j["products"].push_back(p);
+  }
   return j;
 }
 
@@ -91,6 +103,15 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
     if (!peak["openblas_sgemm_gflops"].is_null())
       fmt::print("OpenBLAS     {:.0f} GFLOP/s sgemm, same product (kernel {})\n",
                  peak["openblas_sgemm_gflops"].get<double>(), peak["openblas_core"].get<std::string>());
+    fmt::print("attention products, 1 thread [GFLOP/s]: flashbench gemm vs OpenBLAS\n");
+    for (const auto& p : peak["products"]) {
+      const bool blas = !p["openblas_gflops_1thread"].is_null();
+      fmt::print("  {:<36} {} {:>4}x{:<4}x{:>4}  {:6.1f}  {}\n", p["name"].get<std::string>(), p["ops"].get<std::string>(),
+                 p["M"].get<int64_t>(), p["N"].get<int64_t>(), p["K"].get<int64_t>(), p["gflops_1thread"].get<double>(),
+                 blas ? fmt::format("{:6.1f}  ({:.2f}x)", p["openblas_gflops_1thread"].get<double>(),
+                                    p["gflops_1thread"].get<double>() / p["openblas_gflops_1thread"].get<double>())
+                      : std::string("-"));
+    }
   }
   return 0;
 }

@@ -87,6 +87,72 @@ std::vector<double> time_product(int64_t n, Product&& product) {
   return rates;
 }
 
+// The products the CPU kernels call at N = 2048, d = 64 with the default 64 × 128 tiles.
+struct ProductShape {
+  const char* name;
+  cpu::Op op_a, op_b;
+  int64_t M, N, K;
+};
+constexpr ProductShape kAttentionProducts[] = {
+    {"standard fwd: S = Q_r·Kᵀ (64 rows)", cpu::Op::none, cpu::Op::transpose, 64, 2048, 64},
+    {"standard fwd: O_r = P_r·V", cpu::Op::none, cpu::Op::none, 64, 64, 2048},
+    {"standard bwd: dV_c = P_cᵀ·dO", cpu::Op::transpose, cpu::Op::none, 128, 64, 2048},
+    {"standard bwd: dP_r = dO_r·Vᵀ", cpu::Op::none, cpu::Op::transpose, 64, 2048, 64},
+    {"standard bwd: dQ_r = dS_r·K", cpu::Op::none, cpu::Op::none, 64, 64, 2048},
+    {"v2 fwd: Sᵀ = K_c·Q̃ᵀ tile", cpu::Op::none, cpu::Op::none, 128, 64, 64},
+    {"v2 fwd: O_r += (Pᵀ)ᵀ·V_c tile", cpu::Op::transpose, cpu::Op::none, 64, 64, 128},
+    {"v2 bwd: S = Q_r·K̃ᵀ tile", cpu::Op::none, cpu::Op::none, 64, 128, 64},
+    {"v2 bwd: dV_c += Pᵀ·dO_r tile", cpu::Op::transpose, cpu::Op::none, 128, 64, 64},
+    {"v2 bwd: dQ_r += dS·K_c tile", cpu::Op::none, cpu::Op::none, 64, 64, 128},
+};
+
+// Median rate of `product` on one thread, repeated to about 50 ms per sample. [GFLOP/s]
+template <class Product>
+double single_thread_rate(double flop, Product&& product) {
+  const int repeats = std::max(1, int(2.5e9 * 0.05 / flop));  // ~50 ms at ~150 GFLOP/s
+  std::vector<double> rates;
+  for (int rep = 0; rep < 6; ++rep) {
+    const auto start = Clock::now();
+    for (int r = 0; r < repeats; ++r) product();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (rep > 0) rates.push_back(flop * repeats / seconds * 1e-9);
+  }
+  return median(rates);
+}
+
+std::vector<ProductRate> time_attention_products() {
+  std::vector<ProductRate> results;
+  std::mt19937 generator(11);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (const ProductShape& shape : kAttentionProducts) {
+    const int64_t M = shape.M, N = shape.N, K = shape.K;
+    const int64_t lda = shape.op_a == cpu::Op::none ? K : M, ldb = shape.op_b == cpu::Op::none ? N : K;
+    std::vector<float> A(size_t(M * K)), B(size_t(K * N)), C(size_t(M * N), 0.0f);
+    for (float& x : A) x = uniform(generator);
+    for (float& x : B) x = uniform(generator);
+    const double flop = 2.0 * double(M) * double(N) * double(K);
+    ProductRate rate;
+    rate.name = shape.name;
+    rate.ops = std::string(shape.op_a == cpu::Op::none ? "N" : "T") + (shape.op_b == cpu::Op::none ? "N" : "T");
+    rate.M = M;
+    rate.N = N;
+    rate.K = K;
+    rate.gflops = single_thread_rate(flop, [&] {
+      cpu::gemm(shape.op_a, shape.op_b, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 1.0f, C.data(), N);
+    });
+#if defined(FLASHBENCH_HAVE_OPENBLAS)
+    openblas_set_num_threads(1);
+    const auto trans = [](cpu::Op op) { return op == cpu::Op::none ? CblasNoTrans : CblasTrans; };
+    rate.openblas_gflops = single_thread_rate(flop, [&] {
+      cblas_sgemm(CblasRowMajor, trans(shape.op_a), trans(shape.op_b), int(M), int(N), int(K), 1.0f, A.data(), int(lda),
+                  B.data(), int(ldb), 1.0f, C.data(), int(N));
+    });
+#endif
+    results.push_back(rate);
+  }
+  return results;
+}
+
 }  // namespace
 
 PeakReport measure_peak(int threads, int64_t sgemm_size) {
@@ -118,6 +184,7 @@ PeakReport measure_peak(int threads, int64_t sgemm_size) {
                 int(n), 0.0f, C.data(), int(n));
   }));
 #endif
+  report.products = time_attention_products();
   return report;
 }
 
