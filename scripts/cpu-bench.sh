@@ -121,6 +121,15 @@ for r in ours:
     if r.get("status") != "ok":
         print(f"{r['variant']} {r['problem']}: {r['status']} {r.get('reason', '')}")
 
+products = peaks[0].get("products", [])
+if products:
+    print()
+    print("The kernels' matrix products (N=2048, d=64), 1 thread, GFLOP/s: flashbench gemm / OpenBLAS sgemm")
+    for p in products:
+        blas = p["openblas_gflops_1thread"]
+        print(f"  {p['name']:<36} {p['ops']} {p['M']:>4}x{p['N']}x{p['K']:<5} {p['gflops_1thread']:6.1f}"
+              + (f" / {blas:6.1f} = {p['gflops_1thread'] / blas:.2f}" if blas else ""))
+
 import glob, re
 scaling = {}
 for path in glob.glob(os.path.join(out, "scaling-t*.json")):
