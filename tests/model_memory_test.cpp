@@ -41,13 +41,15 @@ struct GridPoint {
   int64_t batch, heads, seq, head_dim, layers;
   bool causal;
   int threads;
+  Dtype dtype = Dtype::fp32;
 };
 
 class ModelMatchesCpu : public testing::TestWithParam<GridPoint> {};
 
 TEST_P(ModelMatchesCpu, PeakKeptSplitAndPhase) {
   const GridPoint g = GetParam();
-  const Problem problem = make_problem(g.batch, g.heads, g.seq, g.head_dim, g.layers, g.causal);
+  Problem problem = make_problem(g.batch, g.heads, g.seq, g.head_dim, g.layers, g.causal);
+  problem.dtype = g.dtype;
   RunOptions options;
   options.sampling.warmup = 0;
   options.sampling.min_samples = 1;
@@ -55,7 +57,14 @@ TEST_P(ModelMatchesCpu, PeakKeptSplitAndPhase) {
   options.threads = g.threads;
   options.check = false;
   const int threads_before = omp_get_max_threads();
-  const std::vector<Row> rows = make_cpu_backend()->run(problem, kAllVariants, options);
+  std::vector<Row> rows;
+  try {
+    rows = make_cpu_backend()->run(problem, kAllVariants, options);
+  } catch (const UsageError& e) {
+    omp_set_num_threads(threads_before);
+    if (g.dtype != Dtype::fp32) GTEST_SKIP() << "no 16-bit storage on this backend yet: " << e.what();
+    throw;
+  }
   omp_set_num_threads(threads_before);
   ASSERT_EQ(rows.size(), kAllVariants.size());
   for (const Row& row : rows) {
@@ -83,6 +92,9 @@ std::vector<GridPoint> grid() {
         for (int threads : {1, 2}) points.push_back({1, 2, seq, 24, layers, causal, threads});
   points.push_back({2, 3, 65, 40, 2, true, 2});  // B·H = 6, d not a multiple of the vector width
   points.push_back({1, 1, 257, 8, 4, false, 1}); // N over two row blocks; small d: the N×N terms dominate
+  // 16-bit storage: fp32 gradients are then larger than the layer outputs, which moves some peaks.
+  for (Dtype dtype : {Dtype::bf16, Dtype::fp16})
+    for (int64_t layers : {1, 3}) points.push_back({1, 2, 131, 24, layers, true, 2, dtype});
   return points;
 }
 
@@ -92,7 +104,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, ModelMatchesCpu, testing::ValuesIn(grid()),
                            return "B" + std::to_string(g.batch) + "H" + std::to_string(g.heads) + "N" +
                                   std::to_string(g.seq) + "d" + std::to_string(g.head_dim) + "L" +
                                   std::to_string(g.layers) + (g.causal ? "causal" : "full") + "T" +
-                                  std::to_string(g.threads);
+                                  std::to_string(g.threads) + std::string(to_string(g.dtype));
                          });
 
 // ---- the closed form against schedules counted by hand ----
