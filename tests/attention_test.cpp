@@ -175,10 +175,52 @@ TEST(Stack, ThreeLayersMatchReference) {
     for (Variant variant : kAllVariants) {
       MemoryLedger ledger;
       HostAllocator allocator(ledger);
-      const cpu::StackPass got = cpu::run_stack(variant, problem, cpu::Tiling{}, X0.data(), dO.data(), allocator, true);
+      const cpu::StackInputs inputs = cpu::make_stack_inputs(problem, X0, dO, allocator);
+      const cpu::StackPass got = cpu::run_stack(variant, problem, cpu::Tiling{}, inputs, allocator, true);
       EXPECT_LE(testing::normwise_error(got.output, want.output), 1e-5) << to_string(variant);
       EXPECT_LE(testing::normwise_error(got.input_grad, want.input_grad), 1e-5) << to_string(variant);
-      EXPECT_EQ(ledger.live().total(), 0) << "the stack must free everything it allocated";
+      EXPECT_EQ(ledger.live().total(), ledger.live()[Tag::input]) << "the stack must free all but its inputs";
+    }
+  }
+}
+
+// 16-bit storage (inputs, activations, kept tensors; fp32 arithmetic) against float64 on the rounded
+// inputs. The bounds are what rounding costs: standard rounds P (2^-9 relative in bf16, 2^-12 in
+// fp16), v2 and checkpoint round only [B,H,N,d] tensors, v1 rounds the scores S, whose absolute error
+// |S|·2^-9 lands in every exponent; the three layers compound each of these.
+TEST(Stack, SixteenBitStorageMatchesReference) {
+  for (Dtype dtype : {Dtype::bf16, Dtype::fp16}) {
+    Problem problem;
+    problem.batch = 1;
+    problem.heads = 2;
+    problem.seq = 150;
+    problem.head_dim = 32;
+    problem.layers = 3;
+    problem.causal = true;
+    problem.dtype = dtype;
+    const Shape s{problem.heads_total(), problem.seq, problem.head_dim, problem.causal};
+    const auto X0 = testing::random_normal(problem.qkv_elements(), 51);
+    const auto dO = testing::random_normal(problem.qkv_elements(), 52);
+    const auto stored = [&](const std::vector<float>& x) {
+      std::vector<cpu::Half> bits(x.size());
+      std::vector<float> widened(x.size());
+      cpu::round_to_storage(dtype, x.data(), bits.data(), int64_t(x.size()));
+      cpu::widen_from_storage(dtype, bits.data(), widened.data(), int64_t(x.size()));
+      return testing::to_double(widened);
+    };
+    const testing::StackGrads want = testing::reference_stack(s, problem.layers, stored(X0), stored(dO));
+    const double unit = dtype == Dtype::bf16 ? 1.0 / 256 : 1.0 / 2048;  // 2^-8 and 2^-11
+    for (Variant variant : kAllVariants) {
+      MemoryLedger ledger;
+      HostAllocator allocator(ledger);
+      const cpu::StackInputs inputs = cpu::make_stack_inputs(problem, X0, dO, allocator);
+      const cpu::StackPass got = cpu::run_stack(variant, problem, cpu::Tiling{}, inputs, allocator, true);
+      const double bound = (variant == Variant::v1 ? 40 : 4) * unit;
+      EXPECT_LE(testing::normwise_error(got.output, want.output), bound) << to_string(dtype) << " " << to_string(variant);
+      EXPECT_LE(testing::normwise_error(got.input_grad, want.input_grad), bound)
+          << to_string(dtype) << " " << to_string(variant);
+      EXPECT_GT(testing::normwise_error(got.input_grad, want.input_grad), 1e-6)
+          << "16-bit storage must actually round something";
     }
   }
 }

@@ -46,9 +46,10 @@ enum class Pass { forward, backward };
 int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& shape, const Tiling& tiling,
                            int threads);
 
-// O = attention(Q, K, V); fills `kept` with what `variant` keeps.
+// O = attention(Q, K, V); fills `kept` with what `variant` keeps, tagged `kept_tag` (16-bit storage
+// computes one head at a time into fp32 temporaries, tagged workspace, and keeps a rounded copy).
 void forward(Variant variant, const LayerShape& shape, const Tiling& tiling, const float* Q, const float* K,
-             const float* V, float* O, KeptState& kept, HostAllocator& allocator);
+             const float* V, float* O, KeptState& kept, HostAllocator& allocator, Tag kept_tag = Tag::kept);
 
 // dQ, dK, dV from dO and what forward kept. O is read by v2 only. Releases `kept` when done.
 void backward(Variant variant, const LayerShape& shape, const Tiling& tiling, const float* Q, const float* K,
