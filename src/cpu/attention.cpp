@@ -533,19 +533,19 @@ int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& s, cons
 }
 
 void forward(Variant variant, const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V,
-             float* O, KeptState& kept, HostAllocator& allocator) {
+             float* O, KeptState& kept, HostAllocator& allocator, Tag kept_tag) {
   const int64_t BH = s.heads_total, N = s.seq;
   switch (variant) {
     case Variant::standard:
-      kept.scores = HostBuffer<float>(allocator, Tag::kept, BH * N * N);
+      kept.scores = HostBuffer<float>(allocator, kept_tag, BH * N * N);
       break;
     case Variant::v1:
-      kept.scores = HostBuffer<float>(allocator, Tag::kept, BH * N * N);
-      kept.row_max = HostBuffer<float>(allocator, Tag::kept, BH * N);
-      kept.row_sum = HostBuffer<float>(allocator, Tag::kept, BH * N);
+      kept.scores = HostBuffer<float>(allocator, kept_tag, BH * N * N);
+      kept.row_max = HostBuffer<float>(allocator, kept_tag, BH * N);
+      kept.row_sum = HostBuffer<float>(allocator, kept_tag, BH * N);
       break;
     case Variant::v2:
-      kept.lse = HostBuffer<float>(allocator, Tag::kept, BH * N);
+      kept.lse = HostBuffer<float>(allocator, kept_tag, BH * N);
       break;
     case Variant::checkpoint:
       break;
