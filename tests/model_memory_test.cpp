@@ -126,10 +126,11 @@ TEST(MemoryModel, OneLayerCountedByHand) {
   EXPECT_EQ(m.by_tag[Tag::activation], 0);
   EXPECT_EQ(m.by_tag[Tag::grad], 3 * X);
 
-  // v2: O (kept) and LSE; backward workspace D [BH,N] plus two 64×128 tiles.
+  // v2: O (kept) and LSE; backward workspace D [BH,N] plus, per thread, two 64×128 tiles (P, dS)
+  // and the column block's K and V transposed, two d×128 panels.
   m = model_memory(kCpu, p, Variant::v2, cpu::Tiling{}, 1);
   EXPECT_EQ(m.kept_bytes, X + row);
-  EXPECT_EQ(m.peak_bytes, 2 * X + X + row + 3 * X + row + 2 * 64 * 128 * 4);
+  EXPECT_EQ(m.peak_bytes, 2 * X + X + row + 3 * X + row + (2 * 64 * 128 + 2 * 16 * 128) * 4);
   EXPECT_EQ(m.by_tag[Tag::kept], X + row);
 
   // checkpoint: keeps nothing; its backward recomputes P and O into the workspace.
