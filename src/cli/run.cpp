@@ -161,7 +161,8 @@ void register_run(CLI::App& app) {
   sub->add_flag_function("--causal", [flags](int64_t) { flags->sweep.causal = "true"; }, "Apply the causal mask");
   optional_string("--mask", flags->sweep.causal, "Causal mask per configuration: true, false or both");
   optional_string("--variant,--variants", flags->sweep.variants, "standard, v1, v2, checkpoint: list or all (default all)");
-  optional_string("--dtype", flags->sweep.dtype, "Storage dtype: fp32 (CPU), bf16, fp16 (CUDA)");
+  optional_string("--dtype", flags->sweep.dtype,
+                  "Storage dtype: fp32 (default), bf16, fp16; on the CPU 16-bit storage with fp32 arithmetic");
   optional_string("--backend,--device", flags->sweep.backend, "cpu or cuda (default cpu)");
   sub->add_option_function<int>("--threads", [flags](int value) {
     if (value < 1) throw UsageError(fmt::format("--threads must be at least 1 (got {})", value));
