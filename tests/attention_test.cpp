@@ -226,13 +226,14 @@ TEST(Stack, SixteenBitStorageMatchesReference) {
 }
 
 // v2 keeps O(N) state and tile-sized workspace: its peak must stay far below one N×N matrix, while
-// standard's peak holds at least one.
+// standard's peak holds at least one. The workspace is tiles per thread, so N is large enough here
+// that even 64 threads' tiles stay far below the matrix.
 TEST(Memory, V2NeverAllocatesAnythingNxN) {
-  const Shape s{1, 1024, 16, false};
+  const Shape s{1, 4096, 16, false};
   const int64_t count = s.BH * s.N * s.d;
   const auto Q = testing::random_normal(count, 41);
   const int64_t square_bytes = s.N * s.N * int64_t(sizeof(float));
-  EXPECT_LT(run_layer(Variant::v2, s, Q, Q, Q, Q).peak_bytes, square_bytes / 4);
+  EXPECT_LT(run_layer(Variant::v2, s, Q, Q, Q, Q).peak_bytes, square_bytes / 8);
   EXPECT_GE(run_layer(Variant::standard, s, Q, Q, Q, Q).peak_bytes, square_bytes);
 }
 
