@@ -3,6 +3,7 @@
 // Reporters (table, json, ...) read rows; backends fill them.
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "flashbench/memory.hpp"
 #include "flashbench/problem.hpp"
@@ -29,6 +30,10 @@ struct ModelledMemory {
   TagBytes by_tag;  // split at the modelled peak
   Phase peak_phase = Phase::fwd;
 };
+
+// max |x − ref| / max |ref|: the error relative to the scale of the reference tensor; NaN counts as
+// infinitely wrong. What every backend's `check` reports.
+double max_relative_error(const std::vector<float>& x, const std::vector<float>& ref);
 
 struct Check {
   std::string reference;   // what the outputs were compared with, e.g. "standard"

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "flashbench/backend.hpp"
+#include "flashbench/config.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/peak.hpp"
 #include "flashbench/report.hpp"
@@ -71,6 +73,15 @@ nlohmann::ordered_json peak_json(const PeakReport& peak) {
 }
 
 int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
+  // Starting the CUDA backend installs the hook that puts the GPU and driver into the metadata.
+  std::string no_gpu = "CUDA not built in";
+  if (build::kCuda) {
+    try {
+      make_cuda_backend();
+    } catch (const UsageError& e) {
+      no_gpu = e.what();
+    }
+  }
   nlohmann::ordered_json info = make_meta(argv);
   info["host"]["simd_cpu"] = cpu_simd();
   info["build"]["simd"] = compiled_simd();
@@ -92,7 +103,14 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
   fmt::print("CPU          {}\n", host["cpu"].get<std::string>());
   fmt::print("cores        {}\n", host["cores"].get<int>());
   fmt::print("OpenMP       {} threads\n", host["omp_threads"].get<int>());
-  if (info.contains("gpu")) fmt::print("GPU          {}\n", info["gpu"].dump());
+  if (info.contains("gpu")) {
+    const auto& gpu = info["gpu"];
+    fmt::print("GPU          {} (sm {}, {:.1f} GiB, {} SMs), driver {}, runtime {}\n", gpu.value("name", "?"),
+               gpu.value("compute_capability", "?"), gpu.value("memory_bytes", 0.0) / (1 << 30),
+               gpu.value("multiprocessors", 0), gpu.value("driver_version", "?"), gpu.value("runtime_version", "?"));
+  } else {
+    fmt::print("GPU          none: {}\n", no_gpu);
+  }
   if (info.contains("peak")) {
     const auto& peak = info["peak"];
     fmt::print("FMA peak     {:.0f} GFLOP/s fp32 ({} threads, {}; fastest repetition {:.0f})\n",

@@ -1,5 +1,8 @@
 #include "flashbench/result.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace flashbench {
 
 std::string_view to_string(Status status) {
@@ -10,6 +13,16 @@ std::string_view to_string(Status status) {
     case Status::failed: return "failed";
   }
   return "?";
+}
+
+double max_relative_error(const std::vector<float>& x, const std::vector<float>& ref) {
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double diff = std::fabs(double(x[i]) - double(ref[i]));
+    max_diff = std::isnan(diff) ? INFINITY : std::max(max_diff, diff);
+    max_ref = std::max(max_ref, std::fabs(double(ref[i])));
+  }
+  return max_ref > 0 ? max_diff / max_ref : max_diff;
 }
 
 namespace {

@@ -25,16 +25,6 @@ struct Reference {
   std::vector<float> input_grad;  // dX_0
 };
 
-// max |x − ref| / max |ref|: the error relative to the scale of the reference tensor.
-double relative_error(const std::vector<float>& x, const std::vector<float>& ref) {
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double diff = std::fabs(double(x[i]) - double(ref[i]));
-    max_diff = std::isnan(diff) ? INFINITY : std::max(max_diff, diff);
-    max_ref = std::max(max_ref, std::fabs(double(ref[i])));
-  }
-  return max_ref > 0 ? max_diff / max_ref : max_diff;
-}
 
 // How far a variant's outputs may sit from the reference's. fp32 kernels differ only by summation
 // order; this bound is loose enough for N up to 1M and tight enough to catch a wrong mask, a wrong D
@@ -185,8 +175,8 @@ class CpuBackend final : public Backend {
                            std::optional<Reference>& reference) {
     if (!options.check) return;
     if (reference) {
-      const double error = std::max(relative_error(output, reference->output),
-                                    relative_error(input_grad, reference->input_grad));
+      const double error = std::max(max_relative_error(output, reference->output),
+                                    max_relative_error(input_grad, reference->input_grad));
       row.check = Check{std::string(to_string(reference->variant)), error, check_tolerance(problem.dtype)};
       return;
     }
