@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "flashbench/cpu/storage16.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/model.hpp"
 #include "flashbench/report.hpp"
@@ -39,10 +40,12 @@ LayerMemory layer_memory(BackendKind, const Problem& problem, Variant variant,
   layer.output_bytes = problem.qkv_elements() * storage_element_bytes(problem);
   layer.kept_bytes = kept_bytes_per_layer(variant, problem);
   layer.held_bytes = layer.kept_bytes + (keeps_layer_output(variant, problem) ? 0 : layer.output_bytes);
+  // 16-bit storage adds fp32 staging and runs standard and v1 one head at a time (storage16.hpp).
+  const auto workspace_elements = problem.dtype == Dtype::fp32 ? cpu::workspace_elements : cpu::workspace16_elements;
   layer.forward_workspace_bytes =
-      cpu::workspace_elements(variant, cpu::Pass::forward, shape, tiling, threads) * kWorkspaceElementBytes;
+      workspace_elements(variant, cpu::Pass::forward, shape, tiling, threads) * kWorkspaceElementBytes;
   layer.backward_workspace_bytes =
-      cpu::workspace_elements(variant, cpu::Pass::backward, shape, tiling, threads) * kWorkspaceElementBytes;
+      workspace_elements(variant, cpu::Pass::backward, shape, tiling, threads) * kWorkspaceElementBytes;
   layer.grad_bytes = 3 * problem.qkv_elements() * kGradElementBytes;
   return layer;
 }
