@@ -13,6 +13,8 @@
 //             backward workspace, freed; then the layer's kept tensors and its input X_i (i ≥ 1;
 //             v2 frees its output X_{i+1} instead); dX_i = dQ+dK+dV stays (G), the incoming dX_{i+1}
 //             (never dO) is freed.
+// With 16-bit storage each layer call's workspace also holds fp32 staging of its inputs, and standard
+// and v1 compute one head's N×N at a time (cpu::workspace16_elements, storage16.hpp).
 // Everything only grows during forward, so its peak is at the last layer's workspace; in backward
 // each layer's workspace allocation is a candidate. The model evaluates every candidate moment and,
 // as the ledger does, keeps the first one that reaches the maximum.
