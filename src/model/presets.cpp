@@ -122,7 +122,7 @@ Preset seed_002(const cpu::Tiling& tiling, int threads) {
 
   row = make_row("temporary buffers per layer (V2)", mb("4.00 MB", 4.00), temporary, temporary * BH, "");
   set_flashbench(row, double(m.v2_layer.backward_workspace_bytes),
-                 fmt::format("v2: backward workspace, fp32, {} threads (D [BH,N] + 2 tiles per thread)", threads));
+                 fmt::format("v2: backward workspace of one layer, fp32, {} threads (fp32 staging of the fp16 X, dO, O; D; per-thread tiles)", threads));
   preset.rows.push_back(row);
 
   row = make_row("V2 total per layer", mb("6.00 MB", 6.00), v2_layer, v2_layer * BH, "");
