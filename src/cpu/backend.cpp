@@ -233,6 +233,11 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  // Large blocks get pages of their own, so each variant's VmHWM rises with what it touches instead
+  // of reusing resident heap pages that an earlier variant freed.
+  use_fresh_pages_for_large_blocks();
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace flashbench
