@@ -104,6 +104,8 @@ class CpuBackend final : public Backend {
     row.problem = problem;
     row.threads = omp_get_max_threads();
     const cpu::Tiling tiling;
+    row.row_block = tiling.row_block;
+    row.col_block = tiling.col_block;
     MemoryLedger ledger(options.mem_limit_bytes > 0 ? options.mem_limit_bytes : MemoryLedger::kUnlimited);
     try {
       // The OS cross-check covers this variant alone: the resident set's high-water mark from here
