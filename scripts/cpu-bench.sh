@@ -14,8 +14,9 @@
 # SKIP_BUILD=1 to use an existing build, SKIP_PEER=1, PEAK_SIZE=2048,
 # PYTHON (default: the system's /usr/bin/python3, where Debian's python3-torch lives).
 # The sgemm peak used for "% of peak" is the higher of flashbench's gemm and OpenBLAS's sgemm
-# (when the build found OpenBLAS), taking the higher of the two measurements around the sweep, so
-# a machine that got busier during the run does not flatter the percentages.
+# (when the build found OpenBLAS), taking the highest of three measurements (before the sweep,
+# between flashbench and the peer, after), so a machine that got busier during the run does not
+# flatter the percentages; the load average at each is printed with the table.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/results/cpu-bench}
@@ -42,11 +43,15 @@ flashbench=$build/flashbench
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 
 echo "== peak before ($threads threads)"
+cut -d' ' -f1 /proc/loadavg > "$out/load-before.txt" 2>/dev/null || true
 "$flashbench" info --peak --threads "$threads" --peak-size "$peak_size" --format json > "$out/peak-before.json"
 echo "== flashbench: N in {$seqs}, d in {$head_dims}, causal $mask_arg, B=$batch H=$heads"
 "$flashbench" run --variant all --seq "$(comma "$seqs")" --head-dim "$(comma "$head_dims")" --mask "$mask_arg" \
   --heads "$heads" --batch "$batch" --threads "$threads" --min-samples 5 --max-time "$max_time" \
   --format json --out "$out/flashbench.json"
+echo "== peak between"
+"$flashbench" info --peak --threads "$threads" --peak-size "$peak_size" --format json > "$out/peak-between.json"
+cut -d' ' -f1 /proc/loadavg > "$out/load-between.txt" 2>/dev/null || true
 if [ "${SKIP_PEER:-0}" != 1 ]; then
   echo "== peer: PyTorch standard attention with autograd"
   "$python" "$root/scripts/peers/torch_cpu.py" "$out/torch-cpu.json" --seq "$(comma "$seqs")" \
@@ -68,11 +73,18 @@ if [ "$scaling" != "none" ]; then
 fi
 echo "== peak after"
 "$flashbench" info --peak --threads "$threads" --peak-size "$peak_size" --format json > "$out/peak-after.json"
+cut -d' ' -f1 /proc/loadavg > "$out/load-after.txt" 2>/dev/null || true
 
 "$python" - "$out" <<'PY' | tee "$out/table.txt"
 import json, os, sys
 out = sys.argv[1]
-peaks = [json.load(open(os.path.join(out, f)))["peak"] for f in ("peak-before.json", "peak-after.json")]
+peaks = [json.load(open(os.path.join(out, f)))["peak"] for f in ("peak-before.json", "peak-between.json", "peak-after.json")]
+loads = []
+for phase in ("before", "between", "after"):
+    try:
+        loads.append(open(os.path.join(out, f"load-{phase}.txt")).read().strip())
+    except OSError:
+        loads.append("?")
 def sgemm(p):
     return max(p["sgemm_gflops"], p["openblas_sgemm_gflops"] or 0.0)
 peak = max(sgemm(p) for p in peaks)
@@ -93,7 +105,9 @@ def gflops(row, phase):
 
 peer_by_key = {key(r): r for r in peer if r.get("status") == "ok"}
 t = peaks[0]["threads"]
-print(f"CPU, {t} threads. Ceilings (median of repetitions, higher of before/after the sweep): "
+print(f"CPU, {t} threads; 1-minute load average before/between/after the sweep: {' / '.join(loads)}"
+      " (above 0 means other work shared the cores: every figure below is then a lower bound).")
+print(f"Ceilings (median of repetitions, highest of the three measurements around the sweep): "
       f"FMA {fma:.0f} GFLOP/s; sgemm {peak:.0f} GFLOP/s "
       f"(flashbench gemm {max(p['sgemm_gflops'] for p in peaks):.0f}, OpenBLAS "
       + (f"{max(p['openblas_sgemm_gflops'] or 0 for p in peaks):.0f} [{peaks[0]['openblas_core']}]" if peaks[0]["openblas_sgemm_gflops"] else "not built in")
