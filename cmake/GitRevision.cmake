@@ -1,11 +1,12 @@
-# The git revision baked into the binary ("unknown" outside a git checkout).
-find_package(Git QUIET)
-set(FLASHBENCH_GIT_REVISION "unknown")
-if(GIT_FOUND AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/.git)
-  execute_process(COMMAND ${GIT_EXECUTABLE} describe --always --dirty --abbrev=12
-    WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}
-    OUTPUT_VARIABLE FLASHBENCH_GIT_REVISION OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  if(NOT FLASHBENCH_GIT_REVISION)
-    set(FLASHBENCH_GIT_REVISION "unknown")
-  endif()
-endif()
+# The git revision baked into the binary. It is written at every build, not only at configure time,
+# so a rebuilt binary never reports the commit it was first configured at; the header is rewritten
+# only when the revision changed, so an unchanged tree rebuilds nothing.
+set(FLASHBENCH_GIT_REVISION_HEADER ${CMAKE_CURRENT_BINARY_DIR}/generated/flashbench/git_revision.hpp)
+add_custom_target(flashbench_git_revision
+  COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR} -DOUTPUT=${FLASHBENCH_GIT_REVISION_HEADER}
+          -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/WriteGitRevision.cmake
+  BYPRODUCTS ${FLASHBENCH_GIT_REVISION_HEADER}
+  COMMENT "Checking the git revision")
+# Once now as well, so the header exists before any target that includes it is compiled.
+execute_process(COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR}
+                -DOUTPUT=${FLASHBENCH_GIT_REVISION_HEADER} -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/WriteGitRevision.cmake)
