@@ -6,6 +6,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -105,9 +106,13 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     }
     std::vector<Row> rows;
     std::vector<Variant> runnable;
+    std::map<Variant, ModelledMemory> models;  // the CPU model, for the pre-flight check and the rows
     for (Variant variant : spec.variants) {
       std::optional<ModelledMemory> model;
-      if (spec.backend == "cpu") model = model_memory(BackendKind::cpu, problem, variant, cpu::Tiling{}, threads);
+      if (spec.backend == "cpu") {
+        model = model_memory(BackendKind::cpu, problem, variant, cpu::Tiling{}, threads);
+        models[variant] = *model;
+      }
       if (model && limit)
         if (auto reason = does_not_fit(model->peak_bytes, *limit)) {
           Row skipped;
@@ -124,7 +129,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
       runnable.push_back(variant);
     }
     for (Row& row : backend->run(problem, runnable, options)) {
-      if (spec.backend == "cpu") row.model = model_memory(BackendKind::cpu, problem, row.variant, cpu::Tiling{}, threads);
+      if (auto found = models.find(row.variant); found != models.end()) row.model = found->second;
       rows.push_back(std::move(row));
     }
     // Report in the order the variants were asked for.

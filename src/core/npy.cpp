@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "flashbench/errors.hpp"
 
@@ -91,10 +92,9 @@ NpyArray read_npy(const std::string& path) {
 }
 
 std::string encode_npy(const std::vector<int64_t>& shape, const std::vector<float>& data) {
-  std::string dims;
-  for (int64_t extent : shape) dims += fmt::format("{}, ", extent);
-  if (shape.size() > 1) dims.resize(dims.size() - 1);  // "(3,)" for one axis, "(2, 3)" for more
-  if (shape.size() > 1) dims.pop_back();
+  // "(3,)" for one axis, "(2, 3)" for more: Python's spelling of a tuple.
+  std::string dims = fmt::format("{}", fmt::join(shape, ", "));
+  if (shape.size() == 1) dims += ",";
   std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), }}", dims);
   // Pad with spaces so that the data starts on a 64-byte boundary; the header ends with '\n'.
   const size_t unpadded = kMagicLength + 4 + header.size() + 1;

@@ -41,6 +41,12 @@ double check_tolerance(const Problem& problem, Variant variant) {
   return units_per_layer * unit * double(problem.layers);
 }
 
+// The ledger refuses allocations beyond --mem-limit (or the memory available), so a run that
+// would not fit fails as `oom` before the system is asked.
+int64_t ledger_limit(const RunOptions& options) {
+  return options.mem_limit_bytes > 0 ? options.mem_limit_bytes : MemoryLedger::kUnlimited;
+}
+
 class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
@@ -82,7 +88,7 @@ class CpuBackend final : public Backend {
   // One untimed pass of `standard` on the same inputs, for runs that did not ask for it.
   static std::optional<Reference> standard_reference(const Problem& problem, const RunOptions& options,
                                                      const std::vector<float>& X0, const std::vector<float>& dO) {
-    MemoryLedger ledger(options.mem_limit_bytes > 0 ? options.mem_limit_bytes : MemoryLedger::kUnlimited);
+    MemoryLedger ledger(ledger_limit(options));
     try {
       HostAllocator allocator(ledger);
       const cpu::StackInputs inputs = cpu::make_stack_inputs(problem, X0, dO, allocator);
@@ -105,7 +111,7 @@ class CpuBackend final : public Backend {
     const cpu::Tiling tiling;
     row.row_block = tiling.row_block;
     row.col_block = tiling.col_block;
-    MemoryLedger ledger(options.mem_limit_bytes > 0 ? options.mem_limit_bytes : MemoryLedger::kUnlimited);
+    MemoryLedger ledger(ledger_limit(options));
     try {
       // The OS cross-check covers this variant alone: the resident set's high-water mark from here
       // on, above what was resident before its first allocation.
