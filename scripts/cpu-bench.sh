@@ -11,6 +11,7 @@
 # Environment: SEQS="2048 4096", HEAD_DIMS="64 128", MASKS="false true", HEADS=8, BATCH=1,
 # THREADS (default: all cores), MAX_TIME=5 [s of samples per configuration and variant],
 # SCALING_THREADS (default "1 THREADS"; "none" skips the scaling runs), BUILD_DIR (default: build),
+# CAUSAL_ROUNDS=5 back-to-back causal/non-causal v2 pairs per shape (0 skips), CAUSAL_TIME=1 [s],
 # SKIP_BUILD=1 to use an existing build, SKIP_PEER=1, PEAK_SIZE=2048,
 # PYTHON (default: the system's /usr/bin/python3, where Debian's python3-torch lives).
 # The sgemm peak used for "% of peak" is the higher of flashbench's gemm and OpenBLAS's sgemm
@@ -69,6 +70,23 @@ if [ "$scaling" != "none" ]; then
     "$flashbench" run --variant standard,v2 --seq "$first_seq" --head-dim "$first_d" --heads "$heads" \
       --batch "$batch" --threads "$t" --min-samples 5 --max-time "$max_time" --no-check \
       --format json --out "$out/scaling-t$t.json"
+  done
+fi
+# Causal against non-causal v2, per useful FLOP: the pair runs back to back (one `run --mask both`),
+# CAUSAL_ROUNDS times per shape, and the table reports the median and range of the per-pair ratios,
+# so that a drift of the machine's speed between the two halves of a long sweep does not decide it.
+causal_rounds=${CAUSAL_ROUNDS:-5}
+rm -f "$out"/causal-*.json
+if [ "$causal_rounds" -gt 0 ]; then
+  echo "== causal efficiency: v2, $causal_rounds back-to-back pairs per shape"
+  for round in $(seq "$causal_rounds"); do
+    for s in $seqs; do
+      for d in $head_dims; do
+        "$flashbench" run --variant v2 --seq "$s" --head-dim "$d" --mask both --heads "$heads" --batch "$batch" \
+          --threads "$threads" --min-samples 5 --max-time "${CAUSAL_TIME:-1}" --no-check \
+          --format json --out "$out/causal-n$s-d$d-r$round.json"
+      done
+    done
   done
 fi
 echo "== peak after"
@@ -144,7 +162,26 @@ if products:
         print(f"  {p['name']:<36} {p['ops']} {p['M']:>4}x{p['N']}x{p['K']:<5} {p['gflops_1thread']:6.1f}"
               + (f" / {blas:6.1f} = {p['gflops_1thread'] / blas:.2f}" if blas else ""))
 
-import glob, re
+import glob, re, statistics
+pairs = {}
+for path in glob.glob(os.path.join(out, "causal-*.json")):
+    timing = {}
+    for r in json.load(open(path))["rows"]:
+        if r.get("status") == "ok":
+            timing[r["problem"]["causal"]] = r
+    if True in timing and False in timing:
+        p = timing[True]["problem"]
+        for phase in ("fwd", "bwd"):
+            ratio = gflops(timing[True], phase) / gflops(timing[False], phase)
+            pairs.setdefault((p["seq"], p["head_dim"], phase), []).append(ratio)
+if pairs:
+    print()
+    print("v2 causal / non-causal GFLOP/s per useful FLOP (causal counts half the FLOPs), back-to-back pairs:"
+          " median [min, max] over rounds; target >= 1")
+    for (seq, d, phase), ratios in sorted(pairs.items()):
+        print(f"  N={seq:<6} d={d:<4} {phase}: {statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}]"
+              f" over {len(ratios)} pairs")
+
 scaling = {}
 for path in glob.glob(os.path.join(out, "scaling-t*.json")):
     threads = int(re.search(r"scaling-t(\d+)\.json$", path).group(1))

@@ -22,7 +22,7 @@ struct LayerResult {
 
 // One layer through the CPU kernels with separate Q, K, V, on a fresh ledger.
 LayerResult run_layer(Variant variant, const Shape& s, const std::vector<float>& Q, const std::vector<float>& K,
-                      const std::vector<float>& V, const std::vector<float>& dO) {
+                      const std::vector<float>& V, const std::vector<float>& dO, const cpu::Tiling& tiling = {}) {
   MemoryLedger ledger;
   HostAllocator allocator(ledger);
   const cpu::LayerShape shape{s.BH, s.N, s.d, s.causal, 1.0f / std::sqrt(float(s.d))};
@@ -32,8 +32,8 @@ LayerResult run_layer(Variant variant, const Shape& s, const std::vector<float>&
   r.dK.resize(Q.size());
   r.dV.resize(Q.size());
   cpu::KeptState kept;
-  cpu::forward(variant, shape, cpu::Tiling{}, Q.data(), K.data(), V.data(), r.O.data(), kept, allocator);
-  cpu::backward(variant, shape, cpu::Tiling{}, Q.data(), K.data(), V.data(), r.O.data(), dO.data(), kept,
+  cpu::forward(variant, shape, tiling, Q.data(), K.data(), V.data(), r.O.data(), kept, allocator);
+  cpu::backward(variant, shape, tiling, Q.data(), K.data(), V.data(), r.O.data(), dO.data(), kept,
                 r.dQ.data(), r.dK.data(), r.dV.data(), allocator);
   r.peak_bytes = ledger.peak_bytes();
   EXPECT_EQ(ledger.live().total(), 0) << "backward must release everything the layer kept";
@@ -95,6 +95,36 @@ std::vector<Case> layer_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllVariants, LayerVsReference, ::testing::ValuesIn(layer_cases()), case_name);
+
+// Tile sizes other than the default: Br and Bc not multiples of each other nor of the SIMD width,
+// diagonal blocks wider than Bc or than Br, Bc > N. Under the causal mask v2 cuts each diagonal into
+// pieces; an entry covered twice or missed shows up in O or the gradients. 2 threads on 2 heads take
+// v2's whole-head backward, 3 threads its split over column and row blocks.
+TEST(Tilings, V2MatchesFloat64Reference) {
+  const std::vector<cpu::Tiling> tilings = {{64, 128, 32}, {48, 40, 16}, {100, 24, 32}, {16, 16, 16},
+                                            {33, 300, 48}, {128, 64, 64}, {7, 5, 16}};
+  for (bool causal : {false, true}) {
+    const Shape s{2, 203, 24, causal};
+    const int64_t count = s.BH * s.N * s.d;
+    const auto Q = testing::random_normal(count, 21), K = testing::random_normal(count, 22),
+               V = testing::random_normal(count, 23), dO = testing::random_normal(count, 24);
+    const testing::LayerGrads want = testing::reference_layer(s, testing::to_double(Q), testing::to_double(K),
+                                                              testing::to_double(V), testing::to_double(dO));
+    for (const cpu::Tiling& t : tilings)
+      for (int threads : {2, 3}) {
+        omp_set_num_threads(threads);
+        const LayerResult got = run_layer(Variant::v2, s, Q, K, V, dO, t);
+        const std::string where = "Br=" + std::to_string(t.row_block) + " Bc=" + std::to_string(t.col_block) +
+                                  " Bg=" + std::to_string(t.diagonal_block) + " T=" + std::to_string(threads) +
+                                  (causal ? " causal" : "");
+        EXPECT_LE(testing::normwise_error(got.O, want.O), 1e-5) << where;
+        EXPECT_LE(testing::normwise_error(got.dQ, want.dQ), 1e-5) << where;
+        EXPECT_LE(testing::normwise_error(got.dK, want.dK), 1e-5) << where;
+        EXPECT_LE(testing::normwise_error(got.dV, want.dV), 1e-5) << where;
+      }
+  }
+  omp_set_num_threads(omp_get_num_procs());
+}
 
 // Logits of magnitude ~1e3: the online softmax must not overflow, and the result must still match.
 TEST(LargeLogits, FiniteAndAccurate) {

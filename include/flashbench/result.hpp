@@ -54,6 +54,7 @@ struct Row {
   std::optional<Check> check;
   int threads = 0;                      // CPU threads used
   int64_t row_block = 0, col_block = 0; // kernel tile [rows of Q, rows of K/V]; 0 when not tiled
+  int64_t diagonal_block = 0;           // v2's causal diagonal chunk [columns]; 0 when not tiled
   std::string device;                   // GPU name, for CUDA rows
   double fwd_tflops() const;            // FlashAttention convention, from the median [TFLOP/s]
   double bwd_tflops() const;

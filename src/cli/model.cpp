@@ -91,7 +91,9 @@ int print_model(const ModelOptions& options) {
       row["variant"] = std::string(to_string(m.variant));
       row["problem"] = problem_json(problem);
       row["threads"] = threads;
-      row["tiling"] = {{"row_block", options.tiling.row_block}, {"col_block", options.tiling.col_block}};
+      row["tiling"] = {{"row_block", options.tiling.row_block},
+                       {"col_block", options.tiling.col_block},
+                       {"diagonal_block", options.tiling.diagonal_block}};
       row["per_layer"] = {{"output_bytes", m.layer.output_bytes},
                           {"kept_bytes", m.layer.kept_bytes},
                           {"held_bytes", m.layer.held_bytes},

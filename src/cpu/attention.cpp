@@ -97,6 +97,30 @@ void transpose(const float* src, int64_t ld_src, int64_t rows, int64_t cols, flo
 // n rounded up to whole SIMD registers.
 int64_t padded_to_lanes(int64_t n) { return (n + simd::kLanes - 1) / simd::kLanes * simd::kLanes; }
 
+// A rectangle of one head's score matrix that v2 computes as one product: rows [row_begin, row_end) ×
+// columns [col_begin, col_end). `on_diagonal`: row i of it sees only its columns up to i.
+struct Piece {
+  int64_t row_begin, row_end, col_begin, col_end;
+  bool on_diagonal;
+};
+
+// Calls fn(piece) for the pieces of rows [r0, r1) × columns [c0, c1) that hold visible entries, in
+// increasing column order. Without the causal mask that is the whole rectangle
+// in Bc-wide tiles. With it, the columns before r0 (which every row sees) in Bc-wide tiles, then the
+// columns r0 … r1−1 in chunks of Bg (the diagonal block), each with only the rows from its first column
+// on: rows that see none of a chunk are not computed, and a chunk computes Bg·Bg/2 masked entries
+// where a whole diagonal tile would compute Br·Br/2. Over a head that is N·Bg/2 wasted entries instead
+// of N·Br/2 (1.6 % of the useful N²/2 instead of 3.1 % at N = 2048, Bg = 32, Br = 64).
+template <class Fn>
+void for_each_piece(const LayerShape& s, const Tiling& t, int64_t r0, int64_t r1, int64_t c0, int64_t c1, Fn&& fn) {
+  const int64_t full_end = s.causal ? std::min(c1, r0) : c1;
+  for (int64_t c = c0; c < full_end; c += t.col_block) fn(Piece{r0, r1, c, std::min(c + t.col_block, full_end), false});
+  if (!s.causal) return;
+  const int64_t diagonal_end = std::min(c1, r1);
+  for (int64_t a = std::max(c0, r0); a < diagonal_end; a += t.diagonal_block)
+    fn(Piece{a, r1, a, std::min(a + t.diagonal_block, diagonal_end), true});
+}
+
 // Tensors of one head.
 struct HeadPointers {
   const float* Q;
@@ -197,43 +221,48 @@ void v1_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
 //   Sᵀ_tile = K_c · Q̃ᵀ          with Q̃ᵀ = scale·Q_rᵀ [d, Br]
 //   m' = max(m, max_j S_ij),  α = exp(m − m'),  Pᵀ_tile = exp(Sᵀ_tile − m'),  l' = α·l + Σ_j P_ij
 //   O_r = α ∘ O_r + (Pᵀ_tile)ᵀ · V_c
+// Under the causal mask the tiles are the pieces of `for_each_piece`: the diagonal ones are narrower
+// and cover only the rows that see them.
 // Per thread (the working set that stays in L2): Q̃ᵀ, the tile, m, l, α, plus the K_c and V_c tiles
-// and the O_r rows it reads: (d·Br' + Bc·Br' + 3·Br') floats of workspace, Br' = Br padded to a
-// SIMD register.
+// and the O_r rows it reads: (d·Br' + max(Bc, Bg)·Br' + 3·Br') floats of workspace, Br' = Br padded
+// to a SIMD register.
 
 struct V2ForwardScratch {
   float* Qt;          // [d, Br']  scale·Q_rᵀ, zero past the block's rows
-  float* St;          // [Bc, Br'] Sᵀ of one tile, then Pᵀ
+  float* St;          // [max(Bc, Bg), Br'] Sᵀ of one piece, then Pᵀ
   float* row_max;     // [Br'] m
   float* row_sum;     // [Br'] l
-  float* correction;  // [Br'] α of the latest tile
+  float* correction;  // [Br'] α of the latest piece
+  static int64_t tile_columns(const Tiling& t) { return std::max(t.col_block, t.diagonal_block); }
   static int64_t elements(const LayerShape& s, const Tiling& t) {
     const int64_t Brp = padded_to_lanes(t.row_block);
-    return s.head_dim * Brp + t.col_block * Brp + 3 * Brp;
+    return s.head_dim * Brp + tile_columns(t) * Brp + 3 * Brp;
   }
   static V2ForwardScratch of(float* base, const LayerShape& s, const Tiling& t) {
     const int64_t Brp = padded_to_lanes(t.row_block);
     float* Qt = base;
     float* St = Qt + s.head_dim * Brp;
-    float* row_max = St + t.col_block * Brp;
+    float* row_max = St + tile_columns(t) * Brp;
     return {Qt, St, row_max, row_max + Brp, row_max + 2 * Brp};
   }
 };
 
-// The online-softmax step over one transposed tile St [width, Br'] (leading dim Br'), all Br' rows
-// at once, kLanes rows per register. Padded rows hold finite values and are never read back.
-void online_softmax_step(float* St, int64_t width, int64_t Brp, float* row_max, float* row_sum, float* correction) {
+// The online-softmax step over one transposed tile St [width, rows] (leading dim ld), `rows` a whole
+// number of SIMD registers, kLanes rows per register. Every row sees at least one column of the tile
+// (a masked entry is -inf), so the new maximum is finite. Padded rows hold finite values and are never
+// read back.
+void online_softmax_step(float* St, int64_t ld, int64_t width, int64_t rows, float* row_max, float* row_sum,
+                         float* correction) {
   using namespace simd;
-  for (int64_t i0 = 0; i0 < Brp; i0 += kLanes) {
+  for (int64_t i0 = 0; i0 < rows; i0 += kLanes) {
     const vec old_max = load(row_max + i0);
     vec new_max = old_max;
-    for (int64_t j = 0; j < width; ++j) new_max = simd::max(new_max, load(St + j * Brp + i0));
-    // Every row sees column 0 in its first tile, so new_max is finite; exp(-inf − finite) = 0.
-    const vec alpha = simd::exp(old_max - new_max);
+    for (int64_t j = 0; j < width; ++j) new_max = simd::max(new_max, load(St + j * ld + i0));
+    const vec alpha = simd::exp(old_max - new_max);  // exp(-inf − finite) = 0 on a row's first piece
     vec sum = load(row_sum + i0) * alpha;
     for (int64_t j = 0; j < width; ++j) {
-      const vec p = simd::exp(load(St + j * Brp + i0) - new_max);
-      store(St + j * Brp + i0, p);
+      const vec p = simd::exp(load(St + j * ld + i0) - new_max);
+      store(St + j * ld + i0, p);
       sum += p;
     }
     store(row_max + i0, new_max);
@@ -244,33 +273,36 @@ void online_softmax_step(float* St, int64_t width, int64_t Brp, float* row_max, 
 
 void v2_forward(const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V, float* O,
                 float* lse, float* workspace) {
-  const int64_t N = s.seq, d = s.head_dim, Br = t.row_block, Bc = t.col_block, Brp = padded_to_lanes(Br);
-  const int64_t per_thread = V2ForwardScratch::elements(s, t);
-  parallel_over_blocks(s.heads_total, block_count(N, Br), [&](int64_t h, int64_t rb) {
+  const int64_t N = s.seq, d = s.head_dim, Br = t.row_block, Brp = padded_to_lanes(Br);
+  const int64_t per_thread = V2ForwardScratch::elements(s, t), blocks = block_count(N, Br);
+  parallel_over_blocks(s.heads_total, blocks, [&](int64_t h, int64_t item) {
+    // Under the causal mask a row block costs in proportion to its last row: hand out the dearest
+    // first, so that the cheap ones fill the gaps at the end.
+    const int64_t rb = s.causal ? blocks - 1 - item : item;
     const int64_t r0 = rb * Br, r1 = std::min(N, r0 + Br), rows = r1 - r0;
-    const int64_t columns = s.causal ? r1 : N;  // no row of the block sees past column r1-1
     const HeadPointers head = HeadPointers::of(s, h, Q, K, V);
     const V2ForwardScratch w = V2ForwardScratch::of(thread_slice(workspace, per_thread), s, t);
     float* O_rows = O + h * N * d + r0 * d;
     transpose(head.Q + r0 * d, d, rows, d, s.scale, w.Qt, Brp, Brp);
     std::fill(w.row_max, w.row_max + Brp, kNegInf);
     std::fill(w.row_sum, w.row_sum + Brp, 0.0f);
-    for (int64_t c0 = 0; c0 < columns; c0 += Bc) {
-      const int64_t width = std::min(Bc, columns - c0);
-      // Sᵀ_tile [width, Br'] = K_c [width, d] · Q̃ᵀ [d, Br']
-      gemm(Op::none, Op::none, width, Brp, d, 1.0f, head.K + c0 * d, d, w.Qt, Brp, 0.0f, w.St, Brp);
-      if (s.causal && c0 + width - 1 > r0) {
-        // A diagonal tile: column c0+j is masked for the rows before it.
-        for (int64_t j = 0; j < width; ++j)
-          std::fill(w.St + j * Brp, w.St + j * Brp + std::clamp<int64_t>(c0 + j - r0, 0, rows), kNegInf);
-      }
-      online_softmax_step(w.St, width, Brp, w.row_max, w.row_sum, w.correction);
-      if (c0 > 0)  // what earlier tiles accumulated in O was relative to the old maximum
-        for (int64_t i = 0; i < rows; ++i) scale_row(O_rows + i * d, d, w.correction[i]);
-      // O_r (+)= (Pᵀ_tile)ᵀ · V_c; the first tile overwrites O (beta = 0), which held anything before.
-      gemm(Op::transpose, Op::none, rows, d, width, 1.0f, w.St, Brp, head.V + c0 * d, d, c0 == 0 ? 0.0f : 1.0f,
-           O_rows, d);
-    }
+    // Pieces start at r0 plus a multiple of the diagonal block, a whole number of SIMD registers, so
+    // `first` below is one too and the softmax step runs on whole registers.
+    for_each_piece(s, t, r0, r1, 0, N, [&](const Piece& piece) {
+      const int64_t first = piece.row_begin - r0, c0 = piece.col_begin, width = piece.col_end - c0;
+      float* St = w.St + first;
+      // Sᵀ_piece [width, Br'−first] = K_c [width, d] · Q̃ᵀ [d, first:Br']
+      gemm(Op::none, Op::none, width, Brp - first, d, 1.0f, head.K + c0 * d, d, w.Qt + first, Brp, 0.0f, St, Brp);
+      if (piece.on_diagonal)  // column c0+j is masked for rows c0 … c0+j−1, the first j rows of the piece
+        for (int64_t j = 0; j < width; ++j) std::fill(St + j * Brp, St + j * Brp + j, kNegInf);
+      online_softmax_step(St, Brp, width, Brp - first, w.row_max + first, w.row_sum + first, w.correction + first);
+      if (c0 > 0)  // what earlier pieces accumulated in O was relative to the old maximum
+        for (int64_t i = first; i < rows; ++i) scale_row(O_rows + i * d, d, w.correction[i]);
+      // O_r (+)= (Pᵀ_piece)ᵀ · V_c; the piece at column 0 covers every row of the block and comes
+      // first, so it overwrites O (beta = 0), which held anything before.
+      gemm(Op::transpose, Op::none, rows - first, d, width, 1.0f, St, Brp, head.V + c0 * d, d, c0 == 0 ? 0.0f : 1.0f,
+           O_rows + first * d, d);
+    });
     for (int64_t i = 0; i < rows; ++i) {
       scale_row(O_rows + i * d, d, 1.0f / w.row_sum[i]);
       lse[h * N + r0 + i] = w.row_max[i] + std::log(w.row_sum[i]);
@@ -373,15 +405,6 @@ struct V2Backward {
   const float *Q, *K, *V, *dO, *lse, *D;
   float *dQ, *dK, *dV;
 
-  // Whether tile (row block ending r1, column block starting c0) has any visible entry.
-  bool tile_needed(int64_t r1, int64_t c0) const { return !s.causal || c0 < r1; }
-
-  // Columns of the block starting at c0 (`width` wide) that any row before r1 sees: under the causal
-  // mask none past r1 − 1, so a diagonal tile shrinks to them (its dK, dV rows beyond get nothing).
-  int64_t visible_width(int64_t r1, int64_t c0, int64_t width) const {
-    return s.causal ? std::min(width, r1 - c0) : width;
-  }
-
   // K̃ᵀ_c and Vᵀ_c of column block c0..c0+width of head h.
   void load_column_block(int64_t h, int64_t c0, int64_t width, const V2BackwardScratch& w) const {
     const int64_t d = s.head_dim, Bc = t.col_block, offset = h * s.seq * d;
@@ -389,18 +412,30 @@ struct V2Backward {
     transpose(V + offset + c0 * d, d, width, d, 1.0f, w.Vt, Bc, width);
   }
 
-  // P and dS of the tile rows r0..r1 × columns c0..c0+width of head h (after load_column_block).
-  void tile(int64_t h, int64_t r0, int64_t r1, int64_t c0, int64_t width, const V2BackwardScratch& w) const {
+  // D_i = Σ_k dO_ik·O_ik over the whole row, for rows r0..r1 of head h: equal to Σ_j P_ij·dP_ij,
+  // computed once, before any tile of these rows.
+  void row_dot(int64_t h, int64_t r0, int64_t r1, const float* O, float* D_out) const {
+    const int64_t N = s.seq, d = s.head_dim;
+    for (int64_t i = r0; i < r1; ++i) D_out[h * N + i] = dot(dO + (h * N + i) * d, O + (h * N + i) * d, d);
+  }
+
+  // P and dS of `piece` of head h, a piece of the column block loaded from c0, into the first
+  // rows × columns of the scratch tiles (leading dim Bc).
+  void tile(int64_t h, const Piece& piece, int64_t c0, const V2BackwardScratch& w) const {
     using namespace simd;
-    const int64_t N = s.seq, d = s.head_dim, Bc = t.col_block, rows = r1 - r0, offset = h * N * d;
-    gemm(Op::none, Op::none, rows, width, d, 1.0f, Q + offset + r0 * d, d, w.Kt, Bc, 0.0f, w.P, Bc);
-    gemm(Op::none, Op::none, rows, width, d, 1.0f, dO + offset + r0 * d, d, w.Vt, Bc, 0.0f, w.dS, Bc);
+    const int64_t N = s.seq, d = s.head_dim, Bc = t.col_block, offset = h * N * d;
+    const int64_t rows = piece.row_end - piece.row_begin, width = piece.col_end - piece.col_begin;
+    const int64_t panel_column = piece.col_begin - c0;
+    gemm(Op::none, Op::none, rows, width, d, 1.0f, Q + offset + piece.row_begin * d, d, w.Kt + panel_column, Bc, 0.0f,
+         w.P, Bc);
+    gemm(Op::none, Op::none, rows, width, d, 1.0f, dO + offset + piece.row_begin * d, d, w.Vt + panel_column, Bc,
+         0.0f, w.dS, Bc);
     ivec lane;
     for (int64_t l = 0; l < kLanes; ++l) lane[l] = int32_t(l);
-    for (int64_t i = r0; i < r1; ++i) {
-      float* P_row = w.P + (i - r0) * Bc;
-      float* dS_row = w.dS + (i - r0) * Bc;
-      const int64_t visible = std::clamp<int64_t>(visible_columns(s, i) - c0, 0, width);
+    for (int64_t i = piece.row_begin; i < piece.row_end; ++i) {
+      float* P_row = w.P + (i - piece.row_begin) * Bc;
+      float* dS_row = w.dS + (i - piece.row_begin) * Bc;
+      const int64_t visible = std::clamp<int64_t>(visible_columns(s, i) - piece.col_begin, 0, width);
       const float row_lse = lse[h * N + i], row_D = D[h * N + i];
       for (int64_t j = 0; j < width; j += kLanes) {
         const int64_t lanes = std::min(kLanes, width - j);
@@ -417,38 +452,42 @@ struct V2Backward {
     }
   }
 
-  void accumulate_dK_dV(int64_t h, int64_t r0, int64_t r1, int64_t c0, int64_t width,
-                        const V2BackwardScratch& w) const {
-    const int64_t N = s.seq, d = s.head_dim, Bc = t.col_block, rows = r1 - r0, offset = h * N * d;
+  // Pieces reach a column block in increasing row order, and the first piece to reach column j starts
+  // at the first row that sees it (row 0, or row j under the causal mask) and covers all of the
+  // piece's columns, so that piece overwrites dK and dV (beta = 0) instead of clearing them first.
+  void accumulate_dK_dV(int64_t h, const Piece& piece, const V2BackwardScratch& w) const {
+    const int64_t N = s.seq, d = s.head_dim, Bc = t.col_block, offset = h * N * d;
+    const int64_t rows = piece.row_end - piece.row_begin, width = piece.col_end - piece.col_begin;
+    const int64_t first_row_seeing = s.causal ? piece.col_begin : 0;
+    const float beta = piece.row_begin == first_row_seeing ? 0.0f : 1.0f;
     // in the forward pass this was O_i += P_ij·V_j, so dV_j += P_ijᵀ·dO_i
-    gemm(Op::transpose, Op::none, width, d, rows, 1.0f, w.P, Bc, dO + offset + r0 * d, d, 1.0f,
-         dV + offset + c0 * d, d);
+    gemm(Op::transpose, Op::none, width, d, rows, 1.0f, w.P, Bc, dO + offset + piece.row_begin * d, d, beta,
+         dV + offset + piece.col_begin * d, d);
     // S_ij = scale·Q_i·K_j, so dK_j += scale·dS_ijᵀ·Q_i ...
-    gemm(Op::transpose, Op::none, width, d, rows, s.scale, w.dS, Bc, Q + offset + r0 * d, d, 1.0f,
-         dK + offset + c0 * d, d);
+    gemm(Op::transpose, Op::none, width, d, rows, s.scale, w.dS, Bc, Q + offset + piece.row_begin * d, d, beta,
+         dK + offset + piece.col_begin * d, d);
   }
 
-  // ... and dQ_i += scale·dS_ij·K_j
-  void accumulate_dQ(int64_t h, int64_t r0, int64_t r1, int64_t c0, int64_t width, const V2BackwardScratch& w) const {
+  // ... and dQ_i += scale·dS_ij·K_j. Pieces reach a row block in increasing column order, and the one
+  // at column 0 covers all its rows, so that one overwrites dQ (beta = 0) instead of clearing it first.
+  void accumulate_dQ(int64_t h, const Piece& piece, const V2BackwardScratch& w) const {
     const int64_t N = s.seq, d = s.head_dim, Bc = t.col_block, offset = h * N * d;
-    gemm(Op::none, Op::none, r1 - r0, d, width, s.scale, w.dS, Bc, K + offset + c0 * d, d, 1.0f,
-         dQ + offset + r0 * d, d);
+    const int64_t rows = piece.row_end - piece.row_begin, width = piece.col_end - piece.col_begin;
+    gemm(Op::none, Op::none, rows, d, width, s.scale, w.dS, Bc, K + offset + piece.col_begin * d, d,
+         piece.col_begin == 0 ? 0.0f : 1.0f, dQ + offset + piece.row_begin * d, d);
   }
+
+  // The first row block with a visible entry in columns from c0 on.
+  int64_t first_row_block(int64_t c0) const { return s.causal ? c0 / t.row_block * t.row_block : 0; }
 };
 
 void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V,
                  const float* O, const float* dO, const float* lse, float* dQ, float* dK, float* dV,
                  float* workspace) {
-  const int64_t N = s.seq, d = s.head_dim, Br = t.row_block, Bc = t.col_block, BH = s.heads_total;
+  const int64_t N = s.seq, Br = t.row_block, Bc = t.col_block, BH = s.heads_total;
   float* D = workspace;  // [BH, N]
   float* scratch = workspace + BH * N;
   const int64_t per_thread = V2BackwardScratch::elements(s, t);
-
-  // D_i = Σ_k dO_ik·O_ik over the whole row: equal to Σ_j P_ij·dP_ij, computed once, before any tile.
-  parallel_over_blocks(BH, block_count(N, Br), [&](int64_t h, int64_t rb) {
-    for (int64_t i = rb * Br; i < std::min(N, rb * Br + Br); ++i)
-      D[h * N + i] = dot(dO + (h * N + i) * d, O + (h * N + i) * d, d);
-  });
 
   const V2Backward kernel{s, t, Q, K, V, dO, lse, D, dQ, dK, dV};
   // A thread that owns whole heads shares nothing and computes each tile once, but the busiest
@@ -460,48 +499,48 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
   if (whole_head_balance >= 5.0 / 7.0) {
     parallel_over_heads(BH, [&](int64_t h) {
       const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
-      // dQ, dK, dV accumulate; each thread clears what it owns (in parallel, not before the loop).
-      for (float* gradient : {dQ, dK, dV}) std::fill(gradient + h * N * d, gradient + (h + 1) * N * d, 0.0f);
+      kernel.row_dot(h, 0, N, O, D);  // this thread's own head: its dO is then warm for the first tiles
       for (int64_t c0 = 0; c0 < N; c0 += Bc) {
-        const int64_t width = std::min(Bc, N - c0);
-        kernel.load_column_block(h, c0, width, w);
-        for (int64_t r0 = s.causal ? c0 / Br * Br : 0; r0 < N; r0 += Br) {
-          const int64_t r1 = std::min(N, r0 + Br);
-          if (!kernel.tile_needed(r1, c0)) continue;
-          const int64_t visible_width = kernel.visible_width(r1, c0, width);
-          kernel.tile(h, r0, r1, c0, visible_width, w);
-          kernel.accumulate_dK_dV(h, r0, r1, c0, visible_width, w);
-          kernel.accumulate_dQ(h, r0, r1, c0, visible_width, w);
-        }
+        const int64_t c1 = std::min(N, c0 + Bc);
+        kernel.load_column_block(h, c0, c1 - c0, w);
+        for (int64_t r0 = kernel.first_row_block(c0); r0 < N; r0 += Br)
+          for_each_piece(s, t, r0, std::min(N, r0 + Br), c0, c1, [&](const Piece& piece) {
+            kernel.tile(h, piece, c0, w);
+            kernel.accumulate_dK_dV(h, piece, w);
+            kernel.accumulate_dQ(h, piece, w);
+          });
       }
     });
     return;
   }
   // Few heads: split each head over column blocks for dK, dV, then over row blocks for dQ,
-  // recomputing the tiles in the second pass instead of sharing dQ between threads.
-  parallel_over_blocks(BH, block_count(N, Bc), [&](int64_t h, int64_t cb) {
-    const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
-    const int64_t c0 = cb * Bc, width = std::min(Bc, N - c0);
-    for (float* gradient : {dK, dV}) std::fill(gradient + (h * N + c0) * d, gradient + (h * N + c0 + width) * d, 0.0f);
-    kernel.load_column_block(h, c0, width, w);
-    for (int64_t r0 = s.causal ? c0 / Br * Br : 0; r0 < N; r0 += Br) {
-      const int64_t r1 = std::min(N, r0 + Br);
-      if (!kernel.tile_needed(r1, c0)) continue;
-      const int64_t visible_width = kernel.visible_width(r1, c0, width);
-      kernel.tile(h, r0, r1, c0, visible_width, w);
-      kernel.accumulate_dK_dV(h, r0, r1, c0, visible_width, w);
-    }
+  // recomputing the tiles in the second pass instead of sharing dQ between threads. Under the causal
+  // mask the dearest blocks go first (low column blocks, high row blocks).
+  const int64_t column_blocks = block_count(N, Bc), row_blocks = block_count(N, Br);
+  parallel_over_blocks(BH, row_blocks, [&](int64_t h, int64_t rb) {
+    kernel.row_dot(h, rb * Br, std::min(N, rb * Br + Br), O, D);
   });
-  parallel_over_blocks(BH, block_count(N, Br), [&](int64_t h, int64_t rb) {
+  parallel_over_blocks(BH, column_blocks, [&](int64_t h, int64_t cb) {
     const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
+    const int64_t c0 = cb * Bc, c1 = std::min(N, c0 + Bc);
+    kernel.load_column_block(h, c0, c1 - c0, w);
+    for (int64_t r0 = kernel.first_row_block(c0); r0 < N; r0 += Br)
+      for_each_piece(s, t, r0, std::min(N, r0 + Br), c0, c1, [&](const Piece& piece) {
+        kernel.tile(h, piece, c0, w);
+        kernel.accumulate_dK_dV(h, piece, w);
+      });
+  });
+  parallel_over_blocks(BH, row_blocks, [&](int64_t h, int64_t item) {
+    const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
+    const int64_t rb = s.causal ? row_blocks - 1 - item : item;
     const int64_t r0 = rb * Br, r1 = std::min(N, r0 + Br);
-    std::fill(dQ + (h * N + r0) * d, dQ + (h * N + r1) * d, 0.0f);
-    for (int64_t c0 = 0; c0 < N && kernel.tile_needed(r1, c0); c0 += Bc) {
-      const int64_t width = std::min(Bc, N - c0);
-      kernel.load_column_block(h, c0, width, w);
-      const int64_t visible_width = kernel.visible_width(r1, c0, width);
-      kernel.tile(h, r0, r1, c0, visible_width, w);
-      kernel.accumulate_dQ(h, r0, r1, c0, visible_width, w);
+    for (int64_t c0 = 0; c0 < (s.causal ? r1 : N); c0 += Bc) {
+      const int64_t c1 = std::min(N, c0 + Bc);
+      kernel.load_column_block(h, c0, c1 - c0, w);
+      for_each_piece(s, t, r0, r1, c0, c1, [&](const Piece& piece) {
+        kernel.tile(h, piece, c0, w);
+        kernel.accumulate_dQ(h, piece, w);
+      });
     }
   });
 }

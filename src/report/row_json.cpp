@@ -162,7 +162,8 @@ ordered_json row_to_json(const Row& row) {
   }
   j["threads"] = row.threads;
   j["device"] = row.device;
-  if (row.row_block > 0) j["tiling"] = {{"row_block", row.row_block}, {"col_block", row.col_block}};
+  if (row.row_block > 0)
+    j["tiling"] = {{"row_block", row.row_block}, {"col_block", row.col_block}, {"diagonal_block", row.diagonal_block}};
   j["warnings"] = row_warnings(row);
   return j;
 }
@@ -221,6 +222,7 @@ Row row_from_json(const json& j) {
   if (j.contains("tiling") && j.at("tiling").is_object()) {
     row.row_block = integer_or(j.at("tiling"), "row_block", 0);
     row.col_block = integer_or(j.at("tiling"), "col_block", 0);
+    row.diagonal_block = integer_or(j.at("tiling"), "diagonal_block", 0);
   }
   if (j.contains("device") && j.at("device").is_string()) row.device = j.at("device").get<std::string>();
   return row;

@@ -16,10 +16,13 @@
 
 namespace flashbench::cpu {
 
-// Tile sizes [rows]: a row block of Q (Br) against a column block of K/V (Bc).
+// Tile sizes [rows]: a row block of Q (Br) against a column block of K/V (Bc). Under the causal mask
+// v2 cuts the diagonal into chunks of Bg columns (a whole number of SIMD registers: v2's forward keeps
+// the rows of a chunk in registers and starts a chunk's rows at Bg·k).
 struct Tiling {
-  int64_t row_block = 64;   // Br
-  int64_t col_block = 128;  // Bc
+  int64_t row_block = 64;       // Br
+  int64_t col_block = 128;      // Bc
+  int64_t diagonal_block = 32;  // Bg
 };
 
 // The shape of one layer as the kernels see it.
