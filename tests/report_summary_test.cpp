@@ -74,7 +74,7 @@ TEST(SweepSummary, LargeNExponentsLeaveSmallNTermsOut) {
   std::vector<Row> rows;
   for (int64_t n = 64; n <= 16384; n *= 2)
     rows.push_back(timed_row(Variant::standard, small_problem(n), 1, 2, 1'000'000 + 16 * n * n, 0));
-  const ScalingSeries& s = summarize_sweep(rows).series.at(0);
+  const ScalingSeries s = summarize_sweep(rows).series.at(0);
   EXPECT_LT(s.peak->slope, 1.8);
   EXPECT_GT(s.peak_large_n->slope, 1.9);  // N = 1024 .. 16384
   EXPECT_LT(s.peak_large_n->slope, 2.0);
