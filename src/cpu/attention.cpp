@@ -493,10 +493,13 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
   // A thread that owns whole heads shares nothing and computes each tile once, but the busiest
   // thread then has ceil(BH/T) heads where a perfect split would give it BH/T. Splitting heads by
   // column blocks (dK, dV) and then row blocks (dQ) balances perfectly but recomputes S and dP for
-  // dQ: 7 tile products instead of 5. Take whole heads unless that balances worse than 5/7.
+  // dQ: 7 tile products instead of 5. Take whole heads unless that balances worse than 5/7, or
+  // leaves threads with no head at all: measured (N = 2048, d = 64, docs/perf-notes.md) the split
+  // costs only 1.1-1.2x there, and idle threads lose more than that (12 heads on 16 threads: split
+  // 848-969 GFLOP/s against whole heads 786-881; 24 heads: whole heads 930-1032 against 831-897).
   const int threads = omp_get_max_threads();
   const double whole_head_balance = double(BH) / threads / std::ceil(double(BH) / threads);
-  if (whole_head_balance >= 5.0 / 7.0) {
+  if (BH >= threads && whole_head_balance >= 5.0 / 7.0) {
     parallel_over_heads(BH, [&](int64_t h) {
       const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
       kernel.row_dot(h, 0, N, O, D);  // this thread's own head: its dO is then warm for the first tiles
