@@ -42,14 +42,17 @@ alignas(64) thread_local float packed_b[kKc * kNc];
 // at a[k * stride + r] (columns contiguous in r: op transpose, and packed strips).
 enum class Layout { k_contiguous, rows_contiguous };
 
-// C[0:MR, 0:cols] = alpha · Σ_k op(A)[r, k] · op(B)[k, 0:kNr] + beta · C. Row k of op(B) is kNr
-// contiguous floats at b + k · b_row_stride; when not `b_full` only `cols` of them are valid and they
-// are loaded masked, so nothing past them is read.
-template <int MR, Layout layout>
+// C[0:MR, 0:cols] = alpha · Σ_k op(A)[r, k] · op(B)[k, 0:NV·kLanes] + beta · C, cols ≤ NV·kLanes.
+// Row k of op(B) is NV·kLanes contiguous floats at b + k · b_row_stride; when not `b_full` only
+// `cols` of them are valid and they are loaded masked, so nothing past them is read. NV = 1 serves
+// a strip of at most kLanes columns (the tail of N = 40, 72, …) at half the work of NV = 2.
+template <int MR, Layout layout, int NV>
 void micro_kernel(int64_t kc, const float* a, int64_t a_stride, const float* b, int64_t b_row_stride,
                   bool b_full, int64_t cols, float alpha, float beta, float* C, int64_t ldc) {
-  vec acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = vec{};
+  static_assert(NV == 1 || NV == 2);
+  vec acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = vec{};
   // C is read and written only after the k loop; fetching its lines now hides the miss (in a large
   // product C's rows lie far apart and are not in any cache).
   if (beta != 0.0f)
@@ -57,46 +60,53 @@ void micro_kernel(int64_t kc, const float* a, int64_t a_stride, const float* b, 
       _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc + kNr - 1), _MM_HINT_T0);
     }
-  const int64_t cols0 = std::min(cols, kLanes), cols1 = std::max<int64_t>(cols - kLanes, 0);
-  const auto step = [&](int64_t k, vec b0, vec b1) {
+  // Valid columns of each of the NV vectors.
+  int64_t valid[NV];
+  for (int v = 0; v < NV; ++v) valid[v] = std::clamp<int64_t>(cols - v * kLanes, 0, kLanes);
+  const auto step = [&](int64_t k, const vec (&bk)[NV]) {
     for (int r = 0; r < MR; ++r) {
       const float ar = layout == Layout::k_contiguous ? a[r * a_stride + k] : a[k * a_stride + r];
-      acc[r][0] += ar * b0;
-      acc[r][1] += ar * b1;
+      for (int v = 0; v < NV; ++v) acc[r][v] += ar * bk[v];
     }
   };
+  vec bk[NV];
   if (b_full) {
-    for (int64_t k = 0; k < kc; ++k, b += b_row_stride) step(k, load(b), load(b + kLanes));
+    for (int64_t k = 0; k < kc; ++k, b += b_row_stride) {
+      for (int v = 0; v < NV; ++v) bk[v] = load(b + v * kLanes);
+      step(k, bk);
+    }
   } else {
-    for (int64_t k = 0; k < kc; ++k, b += b_row_stride)
-      step(k, load_partial(b, cols0), load_partial(b + kLanes, cols1));
-  }
-  for (int r = 0; r < MR; ++r, C += ldc) {
-    if (cols == kNr) {
-      const vec c0 = beta == 0.0f ? vec{} : beta * load(C);
-      const vec c1 = beta == 0.0f ? vec{} : beta * load(C + kLanes);
-      store(C, alpha * acc[r][0] + c0);
-      store(C + kLanes, alpha * acc[r][1] + c1);
-    } else {
-      const vec c0 = beta == 0.0f ? vec{} : beta * load_partial(C, cols0);
-      const vec c1 = beta == 0.0f ? vec{} : beta * load_partial(C + kLanes, cols1);
-      store_partial(C, alpha * acc[r][0] + c0, cols0);
-      if (cols1 > 0) store_partial(C + kLanes, alpha * acc[r][1] + c1, cols1);
+    for (int64_t k = 0; k < kc; ++k, b += b_row_stride) {
+      for (int v = 0; v < NV; ++v) bk[v] = load_partial(b + v * kLanes, valid[v]);
+      step(k, bk);
     }
   }
+  for (int r = 0; r < MR; ++r, C += ldc)
+    for (int v = 0; v < NV; ++v) {
+      float* c = C + v * kLanes;
+      if (cols == NV * kLanes) {
+        store(c, alpha * acc[r][v] + (beta == 0.0f ? vec{} : beta * load(c)));
+      } else if (valid[v] > 0) {
+        store_partial(c, alpha * acc[r][v] + (beta == 0.0f ? vec{} : beta * load_partial(c, valid[v])), valid[v]);
+      }
+    }
 }
 
 using MicroKernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, bool, int64_t, float, float,
                              float*, int64_t);
 
-template <Layout layout, int... MR>
+template <Layout layout, int NV, int... MR>
 constexpr auto make_kernel_table(std::integer_sequence<int, MR...>) {
-  return std::array<MicroKernel, sizeof...(MR)>{&micro_kernel<MR + 1, layout>...};
+  return std::array<MicroKernel, sizeof...(MR)>{&micro_kernel<MR + 1, layout, NV>...};
 }
-// kernels[layout][rows - 1] handles a strip of `rows` rows.
-constexpr std::array<std::array<MicroKernel, kMaxMr>, 2> kernels = {
-    make_kernel_table<Layout::k_contiguous>(std::make_integer_sequence<int, kMaxMr>{}),
-    make_kernel_table<Layout::rows_contiguous>(std::make_integer_sequence<int, kMaxMr>{})};
+using KernelTable = std::array<MicroKernel, kMaxMr>;
+// kernels[layout][NV - 1][rows - 1] handles a strip of `rows` rows and up to NV·kLanes columns.
+constexpr std::array<std::array<KernelTable, 2>, 2> kernels = {{
+    {make_kernel_table<Layout::k_contiguous, 1>(std::make_integer_sequence<int, kMaxMr>{}),
+     make_kernel_table<Layout::k_contiguous, 2>(std::make_integer_sequence<int, kMaxMr>{})},
+    {make_kernel_table<Layout::rows_contiguous, 1>(std::make_integer_sequence<int, kMaxMr>{}),
+     make_kernel_table<Layout::rows_contiguous, 2>(std::make_integer_sequence<int, kMaxMr>{})},
+}};
 
 // Rows per strip when `m` rows are cut into the fewest strips of at most kMaxMr rows, as evenly as
 // possible: 64 rows become 6 strips of 11 or 10 rather than 5 of 12 and one of 4, so every strip
@@ -170,9 +180,10 @@ void block_product(int64_t mc, int64_t nc, int64_t kc, float alpha, const float*
                    bool b_packed, float beta, float* C, int64_t ldc) {
   const int64_t rows = strip_rows(mc);
   const bool k_contiguous = !a_packed && a_k_stride == 1;
-  const auto& kernel_for_rows = kernels[k_contiguous ? 0 : 1];
+  const auto& layout_kernels = kernels[k_contiguous ? 0 : 1];
   for (int64_t js = 0; js < nc; js += kNr) {
     const int64_t cols = std::min(kNr, nc - js);
+    const KernelTable& kernel_for_rows = layout_kernels[cols <= kLanes ? 0 : 1];
     // A packed B strip is kNr wide with zero padding; an unpacked B row may end at `cols`.
     const float* b = b_packed ? B + js * kc : B + js;
     const bool b_full = b_packed || cols == kNr;
