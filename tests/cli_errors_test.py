@@ -33,6 +33,7 @@ def main():
         good = tmp / "good.npy"
         np.save(good, np.ones((1, 1, 4, 8), dtype=np.float32))
         (tmp / "bad.npy").write_bytes(b"not a numpy file at all")
+        (tmp / "not-a-peak.json").write_text('{"peak": {"threads": 2}}')
         np.save(tmp / "int.npy", np.ones((1, 1, 4, 8), dtype=np.int32))
         np.save(tmp / "threed.npy", np.ones((1, 4, 8), dtype=np.float32))
         cases = [
@@ -47,6 +48,8 @@ def main():
             (["run", "--threads", "0"], 2, "--threads"),
             (["run", "--config", str(tmp / "missing.json")], 2, "missing.json"),
             (["run", "--mem-limit", "lots"], 2, "lots"),
+            (["run", "--seq", "8", "--peak-file", str(tmp / "missing-peak.json")], 2, "missing-peak.json"),
+            (["run", "--seq", "8", "--peak-file", str(tmp / "not-a-peak.json")], 2, "not-a-peak.json"),
             (["grad", "--q", str(tmp / "missing.npy"), "--k", str(good), "--v", str(good), "--do", str(good),
               "--out", str(tmp / "o1")], 2, "missing.npy"),
             (["grad", "--q", str(tmp / "bad.npy"), "--k", str(good), "--v", str(good), "--do", str(good),

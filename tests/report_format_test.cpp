@@ -197,6 +197,36 @@ TEST(ReportJson, RowsRoundTripThroughJson) {
   }
 }
 
+// With a CPU ceiling (run --peak), each rate is also a fraction of it: in the JSON (and back), the
+// CSV's last columns and the table's rate cells, whose block title names the ceiling.
+TEST(ReportPeak, RatesAreReadAgainstTheCeiling) {
+  std::vector<Row> rows = four_variant_rows();
+  for (Row& row : rows) row.peak_gflops = 20.0;
+  const Row& standard = rows[0];  // fwd 8.39 GFLOP/s, bwd 10.5 GFLOP/s
+  ASSERT_TRUE(standard.fwd_of_peak().has_value());
+  EXPECT_NEAR(*standard.fwd_of_peak(), standard.fwd_tflops() * 1e3 / 20.0, 1e-12);
+  EXPECT_FALSE(rows[1].fwd_of_peak().has_value()) << "an oom row has no rate";
+  const nlohmann::ordered_json j = row_to_json(standard);
+  EXPECT_EQ(j["throughput"]["peak_gflops"], 20.0);
+  EXPECT_NEAR(j["throughput"]["bwd_of_peak"].get<double>(), standard.bwd_tflops() * 1e3 / 20.0, 1e-12);
+  EXPECT_TRUE(row_to_json(rows[1])["throughput"]["fwd_of_peak"].is_null());
+  const Row back = row_from_json(nlohmann::json::parse(j.dump()));
+  EXPECT_EQ(back.peak_gflops, 20.0);
+  EXPECT_EQ(row_to_json(back).dump(), j.dump());
+
+  const std::string table = render("table", rows);
+  EXPECT_NE(table.find("4 threads; rate % of the 20 GFLOP/s sgemm ceiling"), std::string::npos) << table;
+  EXPECT_NE(table.find("8.39 GFLOP/s 42%"), std::string::npos) << table;
+  EXPECT_NE(table.find("10.5 GFLOP/s 52%"), std::string::npos) << table;
+
+  std::istringstream csv(render("csv", rows));
+  std::string header, line;
+  std::getline(csv, header);
+  std::getline(csv, line);
+  EXPECT_EQ(header.substr(header.size() - 35), "peak_gflops,fwd_of_peak,bwd_of_peak");
+  EXPECT_EQ(line.substr(line.rfind(",20,") + 1, 9), "20,0.4194") << line;
+}
+
 TEST(ReportJson, MissingRequiredKeyIsAUsageError) {
   nlohmann::json row = nlohmann::json::parse(row_to_json(four_variant_rows()[0]).dump());
   row.erase("problem");

@@ -66,6 +66,29 @@ def main():
         elif problem["layers"] == 1:
             check(row["check"]["reference"] == "float64 rows", f"{name}: standard spot-checked against float64")
             check(row["check"]["max_rel_err"] < 1e-5, f"{name}: max_rel_err {row['check']['max_rel_err']:.1e}")
+    # --peak: the ceilings measured first go into meta.cpu_peak, and every timed row's rates are read
+    # against the sgemm ceiling; --peak-file takes them from `info --peak --format json` instead.
+    with tempfile.TemporaryDirectory() as tmp:
+        peak_file = Path(tmp) / "peak.json"
+        with open(peak_file, "w") as f:
+            subprocess.run([binary, "info", "--peak", "--peak-size", "256", "--format", "json"], check=True, stdout=f)
+        for how in (["--peak"], ["--peak-file", str(peak_file)]):
+            out = Path(tmp) / "peak-run.json"
+            subprocess.run([binary, "run", "--seq", "128", "--heads", "2", "--variant", "standard,v2", *how,
+                            "--format", "json", "--out", str(out), "--max-time", "0.1"], check=True)
+            document = json.loads(out.read_text())
+            ceiling = document["meta"].get("cpu_peak", {})
+            name = " ".join(how[:1])
+            check(ceiling.get("sgemm_ceiling_gflops", 0) > 0, f"{name}: meta.cpu_peak has the sgemm ceiling")
+            check(ceiling.get("sgemm_ceiling_gflops", 0) >= ceiling.get("sgemm_gflops", 1e30),
+                  f"{name}: the ceiling is the faster sgemm")
+            for row in document["rows"]:
+                t = row["throughput"]
+                check(t.get("peak_gflops") == ceiling.get("sgemm_ceiling_gflops"), f"{name} {row['variant']}: row ceiling")
+                for phase in ("fwd", "bwd"):
+                    expected = t[f"{phase}_tflops"] * 1e3 / t["peak_gflops"]
+                    check(abs(t[f"{phase}_of_peak"] - expected) < 1e-9 * expected,
+                          f"{name} {row['variant']}: {phase}_of_peak = rate / ceiling ({t[f'{phase}_of_peak']:.2f})")
     # A configuration whose modelled peak does not fit the budget is a skipped row with the model's
     # numbers and the reason; the sweep goes on and exits 0.
     with tempfile.TemporaryDirectory() as tmp:

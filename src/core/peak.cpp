@@ -155,7 +155,9 @@ std::vector<ProductRate> time_attention_products() {
 
 }  // namespace
 
-PeakReport measure_peak(int threads, int64_t sgemm_size) {
+double sgemm_ceiling(const PeakReport& peak) { return std::max(peak.sgemm_gflops, peak.openblas_gflops.value_or(0.0)); }
+
+PeakReport measure_peak(int threads, int64_t sgemm_size, bool products) {
   PeakReport report;
   report.threads = threads > 0 ? threads : omp_get_max_threads();
   report.simd = cpu::simd::kLanes == 16 ? "AVX-512" : "AVX2";
@@ -184,7 +186,7 @@ PeakReport measure_peak(int threads, int64_t sgemm_size) {
                 int(n), 0.0f, C.data(), int(n));
   }));
 #endif
-  report.products = time_attention_products();
+  if (products) report.products = time_attention_products();
   return report;
 }
 

@@ -34,4 +34,14 @@ double tflops(double flop, const TimingSummary& t) {
 double Row::fwd_tflops() const { return tflops(problem.forward_flop(), fwd); }
 double Row::bwd_tflops() const { return tflops(problem.backward_flop(), bwd); }
 
+namespace {
+std::optional<double> of_peak(double tflops, std::optional<double> peak_gflops) {
+  if (!peak_gflops || *peak_gflops <= 0 || tflops <= 0) return std::nullopt;
+  return tflops * 1e3 / *peak_gflops;
+}
+}  // namespace
+
+std::optional<double> Row::fwd_of_peak() const { return of_peak(fwd_tflops(), peak_gflops); }
+std::optional<double> Row::bwd_of_peak() const { return of_peak(bwd_tflops(), peak_gflops); }
+
 }  // namespace flashbench

@@ -36,7 +36,8 @@ class CsvReporter final : public Reporter {
       header.emplace_back(column);
     for (Tag tag : kAllTags) header.push_back(fmt::format("{}_bytes", to_string(tag)));
     for (const char* column : {"os_peak_bytes", "model_peak_bytes", "model_kept_bytes", "check_reference",
-                               "max_rel_err", "tolerance", "check_passed", "threads", "device"})
+                               "max_rel_err", "tolerance", "check_passed", "threads", "device", "peak_gflops",
+                               "fwd_of_peak", "bwd_of_peak"})
       header.emplace_back(column);
     write(header);
   }
@@ -79,6 +80,9 @@ class CsvReporter final : public Reporter {
     cells.push_back(row.check ? (row.check->passed() ? "true" : "false") : "");
     cells.push_back(fmt::format("{}", row.threads));
     cells.push_back(row.device);
+    cells.push_back(row.peak_gflops ? fmt::format("{}", *row.peak_gflops) : "");
+    cells.push_back(row.fwd_of_peak() ? fmt::format("{}", *row.fwd_of_peak()) : "");
+    cells.push_back(row.bwd_of_peak() ? fmt::format("{}", *row.bwd_of_peak()) : "");
     write(cells);
   }
 

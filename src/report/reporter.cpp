@@ -148,6 +148,13 @@ std::string describe_meta(const nlohmann::ordered_json& meta) {
   return text;
 }
 
+namespace {
+// "235 GFLOP/s", or "235 GFLOP/s 76%" when the row has a CPU ceiling to read it against.
+std::string rate_cell(double tflops, std::optional<double> of_peak) {
+  return of_peak ? fmt::format("{} {:.0f}%", format_throughput(tflops), 100 * *of_peak) : format_throughput(tflops);
+}
+}  // namespace
+
 GroupTable tabulate_group(const std::vector<Row>& rows) {
   GroupTable table;
   if (rows.empty()) return table;
@@ -155,6 +162,7 @@ GroupTable tabulate_group(const std::vector<Row>& rows) {
   table.title = fmt::format("{}: {}", first.backend, first.problem.describe());
   if (!first.device.empty()) table.title += ", " + first.device;
   if (first.threads > 0) table.title += fmt::format(", {} thread{}", first.threads, first.threads == 1 ? "" : "s");
+  if (first.peak_gflops) table.title += fmt::format("; rate % of the {:.0f} GFLOP/s sgemm ceiling", *first.peak_gflops);
 
   table.headers = {"variant", "fwd", "bwd", "bwd/fwd", "fwd rate", "bwd rate", "kept", "peak",
                    "model peak", "peak-model", "time/std", "peak/std", "check", "status"};
@@ -181,8 +189,8 @@ GroupTable tabulate_group(const std::vector<Row>& rows) {
     cells.push_back(has_time ? format_duration_ms(row.fwd.median_ms) : none);
     cells.push_back(has_time ? format_duration_ms(row.bwd.median_ms) : none);
     cells.push_back(has_time ? ratio(row.bwd.median_ms / row.fwd.median_ms) : none);
-    cells.push_back(has_time ? format_throughput(row.fwd_tflops()) : none);
-    cells.push_back(has_time ? format_throughput(row.bwd_tflops()) : none);
+    cells.push_back(has_time ? rate_cell(row.fwd_tflops(), row.fwd_of_peak()) : none);
+    cells.push_back(has_time ? rate_cell(row.bwd_tflops(), row.bwd_of_peak()) : none);
     cells.push_back(has_memory ? format_bytes(row.measured.kept_bytes) : none);
     cells.push_back(has_memory ? format_bytes(row.measured.peak_bytes) : none);
     cells.push_back(row.model ? format_bytes(row.model->peak_bytes) : none);

@@ -132,6 +132,11 @@ ordered_json row_to_json(const Row& row) {
   j["timing"]["bwd"] = timing_to_json(row.bwd);
   j["throughput"]["fwd_tflops"] = number_or_null(row.fwd_tflops(), row.fwd.median_ms > 0);
   j["throughput"]["bwd_tflops"] = number_or_null(row.bwd_tflops(), row.bwd.median_ms > 0);
+  if (row.peak_gflops) {
+    j["throughput"]["peak_gflops"] = *row.peak_gflops;
+    j["throughput"]["fwd_of_peak"] = number_or_null(row.fwd_of_peak().value_or(0), row.fwd_of_peak().has_value());
+    j["throughput"]["bwd_of_peak"] = number_or_null(row.bwd_of_peak().value_or(0), row.bwd_of_peak().has_value());
+  }
   j["flop"]["fwd"] = row.problem.forward_flop();
   j["flop"]["bwd"] = row.problem.backward_flop();
   j["bwd_over_fwd"] = number_or_null(row.bwd.median_ms / row.fwd.median_ms, row.fwd.median_ms > 0 && row.bwd.median_ms > 0);
@@ -219,6 +224,9 @@ Row row_from_json(const json& j) {
     row.check = check;
   }
   row.threads = static_cast<int>(integer_or(j, "threads", 0));
+  if (j.contains("throughput") && j.at("throughput").is_object() && j.at("throughput").contains("peak_gflops") &&
+      j.at("throughput").at("peak_gflops").is_number())
+    row.peak_gflops = j.at("throughput").at("peak_gflops").get<double>();
   if (j.contains("tiling") && j.at("tiling").is_object()) {
     row.row_block = integer_or(j.at("tiling"), "row_block", 0);
     row.col_block = integer_or(j.at("tiling"), "col_block", 0);
