@@ -47,6 +47,11 @@ Verification verify_point(const Problem& problem, Variant variant, int64_t model
   const std::optional<int64_t> available = available_memory_bytes();
   if (available)
     if (auto reason = does_not_fit(model_peak_bytes, *available)) return {"skipped", *reason, std::nullopt};
+  // A point at the edge of a large budget can take hours on a CPU: say what is being run, and how
+  // much, before it starts (stderr, so a JSON report on stdout stays clean).
+  fmt::print(stderr, "fit --verify: {} at {}: {:.2g} FLOP forward and backward, {} threads ...\n", to_string(variant),
+             problem.describe(), problem.forward_flop() + problem.backward_flop(), threads);
+  const auto start = std::chrono::steady_clock::now();
   RunOptions options;
   options.sampling.warmup = 0;
   options.sampling.min_samples = 1;
@@ -58,6 +63,8 @@ Verification verify_point(const Problem& problem, Variant variant, int64_t model
   const Row& row = rows.front();
   Verification verification{std::string(to_string(row.status)), row.reason, std::nullopt};
   if (row.status == Status::ok) verification.measured_peak_bytes = row.measured.peak_bytes;
+  fmt::print(stderr, "fit --verify: {} done in {:.1f} s\n", to_string(variant),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return verification;
 }
 
