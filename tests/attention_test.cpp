@@ -5,9 +5,11 @@
 #include <omp.h>
 
 #include <cmath>
+#include <limits>
 
 #include "flashbench/cpu/attention.hpp"
 #include "flashbench/cpu/stack.hpp"
+#include "flashbench/errors.hpp"
 #include "support/reference.hpp"
 
 namespace flashbench {
@@ -27,10 +29,12 @@ LayerResult run_layer(Variant variant, const Shape& s, const std::vector<float>&
   HostAllocator allocator(ledger);
   const cpu::LayerShape shape{s.BH, s.N, s.d, s.causal, 1.0f / std::sqrt(float(s.d))};
   LayerResult r;
-  r.O.resize(Q.size());
-  r.dQ.resize(Q.size());
-  r.dK.resize(Q.size());
-  r.dV.resize(Q.size());
+  // NaN, not zero: a kernel that skips the first write of an output (or accumulates onto it) fails.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  r.O.assign(Q.size(), nan);
+  r.dQ.assign(Q.size(), nan);
+  r.dK.assign(Q.size(), nan);
+  r.dV.assign(Q.size(), nan);
   cpu::KeptState kept;
   cpu::forward(variant, shape, tiling, Q.data(), K.data(), V.data(), r.O.data(), kept, allocator);
   cpu::backward(variant, shape, tiling, Q.data(), K.data(), V.data(), r.O.data(), dO.data(), kept,
@@ -57,6 +61,7 @@ class LayerVsReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LayerVsReference, MatchesFloat64Reference) {
   const Case& c = GetParam();
+  const int threads_before = omp_get_max_threads();
   omp_set_num_threads(c.threads);
   const Shape& s = c.shape;
   const int64_t count = s.BH * s.N * s.d;
@@ -71,7 +76,7 @@ TEST_P(LayerVsReference, MatchesFloat64Reference) {
   EXPECT_LE(testing::normwise_error(got.dQ, want.dQ), kTolerance);
   EXPECT_LE(testing::normwise_error(got.dK, want.dK), kTolerance);
   EXPECT_LE(testing::normwise_error(got.dV, want.dV), kTolerance);
-  omp_set_num_threads(omp_get_num_procs());
+  omp_set_num_threads(threads_before);
 }
 
 std::vector<Case> layer_cases() {
@@ -103,6 +108,7 @@ INSTANTIATE_TEST_SUITE_P(AllVariants, LayerVsReference, ::testing::ValuesIn(laye
 TEST(Tilings, V2MatchesFloat64Reference) {
   const std::vector<cpu::Tiling> tilings = {{64, 128, 32}, {48, 40, 16}, {100, 24, 32}, {16, 16, 16},
                                             {33, 300, 48}, {128, 64, 64}, {7, 5, 16}};
+  const int threads_before = omp_get_max_threads();
   for (bool causal : {false, true}) {
     const Shape s{2, 203, 24, causal};
     const int64_t count = s.BH * s.N * s.d;
@@ -123,7 +129,19 @@ TEST(Tilings, V2MatchesFloat64Reference) {
         EXPECT_LE(testing::normwise_error(got.dV, want.dV), 1e-5) << where;
       }
   }
-  omp_set_num_threads(omp_get_num_procs());
+  omp_set_num_threads(threads_before);
+}
+
+// A diagonal block that is not a whole number of SIMD registers would let v2's forward run past its
+// scratch; such a tiling (or a zero-sized block) is refused before any kernel runs.
+TEST(Tilings, InvalidTilingIsAUsageError) {
+  const cpu::LayerShape shape{1, 100, 16, true, 0.25f};
+  for (const cpu::Tiling& bad : {cpu::Tiling{64, 128, 8}, cpu::Tiling{64, 128, 0}, cpu::Tiling{0, 128, 32},
+                                 cpu::Tiling{64, 0, 32}, cpu::Tiling{64, 128, -16}}) {
+    EXPECT_THROW(cpu::validate(bad), UsageError);
+    EXPECT_THROW(cpu::workspace_elements(Variant::v2, cpu::Pass::forward, shape, bad, 1), UsageError);
+  }
+  EXPECT_NO_THROW(cpu::validate(cpu::Tiling{}));
 }
 
 // Logits of magnitude ~1e3: the online softmax must not overflow, and the result must still match.

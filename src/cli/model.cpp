@@ -91,9 +91,8 @@ int print_model(const ModelOptions& options) {
       row["variant"] = std::string(to_string(m.variant));
       row["problem"] = problem_json(problem);
       row["threads"] = threads;
-      row["tiling"] = {{"row_block", options.tiling.row_block},
-                       {"col_block", options.tiling.col_block},
-                       {"diagonal_block", options.tiling.diagonal_block}};
+      row["tiling"] = {{"row_block", options.tiling.row_block}, {"col_block", options.tiling.col_block}};
+      if (m.variant == Variant::v2) row["tiling"]["diagonal_block"] = options.tiling.diagonal_block;
       row["per_layer"] = {{"output_bytes", m.layer.output_bytes},
                           {"kept_bytes", m.layer.kept_bytes},
                           {"held_bytes", m.layer.held_bytes},
@@ -111,9 +110,11 @@ int print_model(const ModelOptions& options) {
     return 0;
   }
 
-  std::cout << fmt::format("memory model, cpu: {}, {} threads, tiles {}x{} (Br x Bc); input {} (X0, dO)\n\n",
-                           problem.describe(), threads, options.tiling.row_block, options.tiling.col_block,
-                           format_bytes(input_bytes(problem)));
+  std::cout << fmt::format(
+      "memory model, cpu: {}, {} threads, tiles {}x{} (Br x Bc; v2's causal diagonal in {}-column chunks); "
+      "input {} (X0, dO)\n\n",
+      problem.describe(), threads, options.tiling.row_block, options.tiling.col_block, options.tiling.diagonal_block,
+      format_bytes(input_bytes(problem)));
   std::vector<std::vector<std::string>> lines;
   std::vector<std::string> header = {"per layer"};
   for (const VariantModel& m : models) header.emplace_back(to_string(m.variant));

@@ -38,42 +38,39 @@ struct RunFlags {
   std::optional<std::string> peak_file;  // --peak-file: take them from `info --peak --format json`
 };
 
-// The CPU ceilings a run reads its rates against, as `info --peak` reports them: measured now with
-// the run's threads, or read from a file that `info --peak --format json` wrote.
-nlohmann::ordered_json cpu_ceilings(const RunFlags& flags, int threads) {
-  if (flags.measure_peak) {
-    const PeakReport peak = measure_peak(threads, 2048, false);
-    return {{"source", "measured"},
-            {"threads", peak.threads},
-            {"sgemm_ceiling_gflops", sgemm_ceiling(peak)},
-            {"fma_gflops", peak.fma_gflops},
-            {"sgemm_gflops", peak.sgemm_gflops},
-            {"openblas_sgemm_gflops", peak.openblas_gflops ? nlohmann::ordered_json(*peak.openblas_gflops) : nullptr}};
-  }
+// The CPU ceilings a run reads its rates against: measured now with the run's threads, or read back
+// from the "peak" object that `info --peak --format json` wrote.
+PeakReport cpu_ceilings(const RunFlags& flags, int threads) {
+  if (flags.measure_peak) return measure_peak(threads, 2048, false);
   const std::string& path = *flags.peak_file;
   std::ifstream file(path);
   if (!file) throw UsageError(fmt::format("--peak-file: cannot read '{}'", path));
   const nlohmann::json document = nlohmann::json::parse(file, nullptr, false);
-  const auto number = [&](const nlohmann::json& object, const char* key) -> std::optional<double> {
-    if (!object.is_object() || !object.contains(key) || !object.at(key).is_number()) return std::nullopt;
-    return object.at(key).get<double>();
-  };
   const nlohmann::json peak = document.is_object() && document.contains("peak") ? document.at("peak") : nlohmann::json();
-  const std::optional<double> sgemm = number(peak, "sgemm_gflops");
-  const std::optional<double> fma = number(peak, "fma_gflops");
-  const std::optional<double> peak_threads = number(peak, "threads");
-  if (!sgemm || !fma || !peak_threads || *sgemm <= 0)
+  const auto number = [&](const char* key) -> std::optional<double> {
+    if (!peak.is_object() || !peak.contains(key) || !peak.at(key).is_number()) return std::nullopt;
+    return peak.at(key).get<double>();
+  };
+  PeakReport report;
+  const std::optional<double> sgemm = number("sgemm_gflops"), fma = number("fma_gflops"), measured_threads = number("threads");
+  if (!sgemm || !fma || !measured_threads || *sgemm <= 0)
     throw UsageError(fmt::format("--peak-file: '{}' is not the output of `flashbench info --peak --format json`", path));
-  const std::optional<double> openblas = number(peak, "openblas_sgemm_gflops");
-  if (int(*peak_threads) != threads)
-    fmt::print(stderr, "warning: --peak-file was measured with {} threads, this run uses {}\n", int(*peak_threads),
-               threads);
-  return {{"source", path},
-          {"threads", int(*peak_threads)},
-          {"sgemm_ceiling_gflops", std::max(*sgemm, openblas.value_or(0.0))},
-          {"fma_gflops", *fma},
-          {"sgemm_gflops", *sgemm},
-          {"openblas_sgemm_gflops", openblas ? nlohmann::ordered_json(*openblas) : nullptr}};
+  report.sgemm_gflops = *sgemm;
+  report.fma_gflops = *fma;
+  report.threads = int(*measured_threads);
+  report.openblas_gflops = number("openblas_sgemm_gflops");
+  if (report.threads != threads)
+    fmt::print(stderr, "warning: --peak-file was measured with {} threads, this run uses {}\n", report.threads, threads);
+  return report;
+}
+
+nlohmann::ordered_json ceilings_json(const PeakReport& peak, const std::string& source) {
+  return {{"source", source},
+          {"threads", peak.threads},
+          {"sgemm_ceiling_gflops", sgemm_ceiling(peak)},
+          {"fma_gflops", peak.fma_gflops},
+          {"sgemm_gflops", peak.sgemm_gflops},
+          {"openblas_sgemm_gflops", peak.openblas_gflops ? nlohmann::ordered_json(*peak.openblas_gflops) : nullptr}};
 }
 
 // Where the report goes: stdout, or a file written atomically at the end (jsonl streams into the
@@ -135,8 +132,9 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   nlohmann::ordered_json meta = make_meta(argv);
   if (flags.measure_peak || flags.peak_file) {
     if (spec.backend != "cpu") throw UsageError("--peak and --peak-file are for the CPU backend");
-    meta["cpu_peak"] = cpu_ceilings(flags, threads);
-    sgemm_ceiling_gflops = meta["cpu_peak"]["sgemm_ceiling_gflops"].get<double>();
+    const PeakReport peak = cpu_ceilings(flags, threads);
+    meta["cpu_peak"] = ceilings_json(peak, flags.measure_peak ? "measured" : *flags.peak_file);
+    sgemm_ceiling_gflops = sgemm_ceiling(peak);
   }
 
   Destination destination(flags.out, flags.format);
@@ -239,11 +237,13 @@ void register_run(CLI::App& app) {
   sub->add_option("--seed", flags->seed, "Seed of the random inputs")->capture_default_str();
   sub->add_flag("--no-check", flags->no_check, "Skip comparing outputs and gradients with standard");
   sub->add_flag("--cold", flags->cold, "Flush caches between samples (CUDA: the L2)");
-  sub->add_flag("--peak", flags->measure_peak,
-                "Measure this machine's fp32 FMA and sgemm ceilings first (about a second) and show each rate "
-                "as % of the sgemm ceiling (CPU)");
-  optional_string("--peak-file", flags->peak_file,
-                  "... or take the ceilings from a file written by `flashbench info --peak --format json`");
+  CLI::Option* peak = sub->add_flag("--peak", flags->measure_peak,
+                                    "Measure this machine's fp32 FMA and sgemm ceilings first (about a second) and "
+                                    "show each rate as % of the sgemm ceiling (CPU)");
+  CLI::Option* peak_file = sub->add_option_function<std::string>(
+      "--peak-file", [flags](const std::string& value) { flags->peak_file = value; },
+      "... or take the ceilings from a file written by `flashbench info --peak --format json`");
+  peak->excludes(peak_file);
   set_action(sub, [flags](const std::vector<std::string>& argv) { return run_sweep(*flags, argv); });
 }
 

@@ -6,8 +6,11 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "flashbench/cpu/gemm.hpp"
 #include "flashbench/cpu/vector_math.hpp"
+#include "flashbench/errors.hpp"
 
 // Per head h, with N rows of d features:
 //   forward   S = scale·Q·Kᵀ, P = softmax(S) row-wise (masked entries 0), O = P·V
@@ -452,14 +455,15 @@ struct V2Backward {
     }
   }
 
-  // Pieces reach a column block in increasing row order, and the first piece to reach column j starts
-  // at the first row that sees it (row 0, or row j under the causal mask) and covers all of the
-  // piece's columns, so that piece overwrites dK and dV (beta = 0) instead of clearing them first.
+  // Pieces reach a column block in increasing row order. The first piece to reach column j is the
+  // one that starts at the first row seeing its first column (row 0; under the causal mask its
+  // diagonal chunk, which starts at row = column), and it writes all of its columns: that piece
+  // overwrites dK and dV (beta = 0) instead of clearing them first.
   void accumulate_dK_dV(int64_t h, const Piece& piece, const V2BackwardScratch& w) const {
     const int64_t N = s.seq, d = s.head_dim, Bc = t.col_block, offset = h * N * d;
     const int64_t rows = piece.row_end - piece.row_begin, width = piece.col_end - piece.col_begin;
-    const int64_t first_row_seeing = s.causal ? piece.col_begin : 0;
-    const float beta = piece.row_begin == first_row_seeing ? 0.0f : 1.0f;
+    const int64_t first_row_seeing_first_column = s.causal ? piece.col_begin : 0;
+    const float beta = piece.row_begin == first_row_seeing_first_column ? 0.0f : 1.0f;
     // in the forward pass this was O_i += P_ij·V_j, so dV_j += P_ijᵀ·dO_i
     gemm(Op::transpose, Op::none, width, d, rows, 1.0f, w.P, Bc, dO + offset + piece.row_begin * d, d, beta,
          dV + offset + piece.col_begin * d, d);
@@ -477,8 +481,19 @@ struct V2Backward {
          piece.col_begin == 0 ? 0.0f : 1.0f, dQ + offset + piece.row_begin * d, d);
   }
 
-  // The first row block with a visible entry in columns from c0 on.
-  int64_t first_row_block(int64_t c0) const { return s.causal ? c0 / t.row_block * t.row_block : 0; }
+  // Column block c0..c1 of head h against every row block that sees it: dK_c and dV_c, and with
+  // `with_dQ` the dQ rows too (the whole-head path; the split path leaves dQ to its second pass).
+  void column_block(int64_t h, int64_t c0, int64_t c1, bool with_dQ, const V2BackwardScratch& w) const {
+    const int64_t N = s.seq, Br = t.row_block;
+    load_column_block(h, c0, c1 - c0, w);
+    const int64_t first_row_block = s.causal ? c0 / Br * Br : 0;  // the first with a visible entry
+    for (int64_t r0 = first_row_block; r0 < N; r0 += Br)
+      for_each_piece(s, t, r0, std::min(N, r0 + Br), c0, c1, [&](const Piece& piece) {
+        tile(h, piece, c0, w);
+        accumulate_dK_dV(h, piece, w);
+        if (with_dQ) accumulate_dQ(h, piece, w);
+      });
+  }
 };
 
 void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V,
@@ -503,16 +518,7 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
     parallel_over_heads(BH, [&](int64_t h) {
       const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
       kernel.row_dot(h, 0, N, O, D);  // this thread's own head: its dO is then warm for the first tiles
-      for (int64_t c0 = 0; c0 < N; c0 += Bc) {
-        const int64_t c1 = std::min(N, c0 + Bc);
-        kernel.load_column_block(h, c0, c1 - c0, w);
-        for (int64_t r0 = kernel.first_row_block(c0); r0 < N; r0 += Br)
-          for_each_piece(s, t, r0, std::min(N, r0 + Br), c0, c1, [&](const Piece& piece) {
-            kernel.tile(h, piece, c0, w);
-            kernel.accumulate_dK_dV(h, piece, w);
-            kernel.accumulate_dQ(h, piece, w);
-          });
-      }
+      for (int64_t c0 = 0; c0 < N; c0 += Bc) kernel.column_block(h, c0, std::min(N, c0 + Bc), true, w);
     });
     return;
   }
@@ -525,13 +531,7 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
   });
   parallel_over_blocks(BH, column_blocks, [&](int64_t h, int64_t cb) {
     const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
-    const int64_t c0 = cb * Bc, c1 = std::min(N, c0 + Bc);
-    kernel.load_column_block(h, c0, c1 - c0, w);
-    for (int64_t r0 = kernel.first_row_block(c0); r0 < N; r0 += Br)
-      for_each_piece(s, t, r0, std::min(N, r0 + Br), c0, c1, [&](const Piece& piece) {
-        kernel.tile(h, piece, c0, w);
-        kernel.accumulate_dK_dV(h, piece, w);
-      });
+    kernel.column_block(h, cb * Bc, std::min(N, cb * Bc + Bc), false, w);
   });
   parallel_over_blocks(BH, row_blocks, [&](int64_t h, int64_t item) {
     const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
@@ -554,7 +554,16 @@ HostBuffer<float> allocate_workspace(HostAllocator& allocator, int64_t elements)
 
 }  // namespace
 
+void validate(const Tiling& t) {
+  if (t.row_block < 1 || t.col_block < 1)
+    throw UsageError(fmt::format("tiling: Br = {} and Bc = {} must be at least 1", t.row_block, t.col_block));
+  if (t.diagonal_block < 1 || t.diagonal_block % simd::kLanes != 0)
+    throw UsageError(fmt::format("tiling: the diagonal block Bg = {} must be a positive multiple of {} (the SIMD width)",
+                                 t.diagonal_block, simd::kLanes));
+}
+
 int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& s, const Tiling& t, int threads) {
+  validate(t);
   const int64_t T = threads, Br = t.row_block, Bc = t.col_block, N = s.seq, BH = s.heads_total;
   const int64_t dP_rows = T * Br * N;  // materialised backward: dP of one row block per thread
   if (pass == Pass::forward) {
@@ -576,6 +585,7 @@ int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& s, cons
 
 void forward(Variant variant, const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V,
              float* O, KeptState& kept, HostAllocator& allocator, Tag kept_tag) {
+  validate(t);
   const int64_t BH = s.heads_total, N = s.seq;
   switch (variant) {
     case Variant::standard:
@@ -607,6 +617,7 @@ void forward(Variant variant, const LayerShape& s, const Tiling& t, const float*
 void backward(Variant variant, const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V,
               const float* O, const float* dO, KeptState& kept, float* dQ, float* dK, float* dV,
               HostAllocator& allocator) {
+  validate(t);
   const int64_t BH = s.heads_total, N = s.seq, d = s.head_dim;
   const int threads = omp_get_max_threads();
   HostBuffer<float> workspace =

@@ -111,7 +111,7 @@ class CpuBackend final : public Backend {
     const cpu::Tiling tiling;
     row.row_block = tiling.row_block;
     row.col_block = tiling.col_block;
-    row.diagonal_block = tiling.diagonal_block;
+    if (variant == Variant::v2) row.diagonal_block = tiling.diagonal_block;  // the others have no pieces
     MemoryLedger ledger(ledger_limit(options));
     try {
       // The OS cross-check covers this variant alone: the resident set's high-water mark from here

@@ -58,7 +58,7 @@ void micro_kernel(int64_t kc, const float* a, int64_t a_stride, const float* b, 
   if (beta != 0.0f)
     for (int r = 0; r < MR; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc + kNr - 1), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(C + r * ldc + NV * kLanes - 1), _MM_HINT_T0);
     }
   // Valid columns of each of the NV vectors.
   int64_t valid[NV];
@@ -183,10 +183,11 @@ void block_product(int64_t mc, int64_t nc, int64_t kc, float alpha, const float*
   const auto& layout_kernels = kernels[k_contiguous ? 0 : 1];
   for (int64_t js = 0; js < nc; js += kNr) {
     const int64_t cols = std::min(kNr, nc - js);
-    const KernelTable& kernel_for_rows = layout_kernels[cols <= kLanes ? 0 : 1];
+    const int vectors = cols <= kLanes ? 1 : 2;
+    const KernelTable& kernel_for_rows = layout_kernels[vectors - 1];
     // A packed B strip is kNr wide with zero padding; an unpacked B row may end at `cols`.
     const float* b = b_packed ? B + js * kc : B + js;
-    const bool b_full = b_packed || cols == kNr;
+    const bool b_full = b_packed || cols == vectors * kLanes;
     for (int64_t is = 0; is < mc; is += rows) {
       const int64_t height = std::min(rows, mc - is);
       const float* a = a_packed ? A + is * kc : A + is * a_row_stride;

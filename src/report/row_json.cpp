@@ -167,8 +167,10 @@ ordered_json row_to_json(const Row& row) {
   }
   j["threads"] = row.threads;
   j["device"] = row.device;
-  if (row.row_block > 0)
-    j["tiling"] = {{"row_block", row.row_block}, {"col_block", row.col_block}, {"diagonal_block", row.diagonal_block}};
+  if (row.row_block > 0) {
+    j["tiling"] = {{"row_block", row.row_block}, {"col_block", row.col_block}};
+    if (row.diagonal_block > 0) j["tiling"]["diagonal_block"] = row.diagonal_block;
+  }
   j["warnings"] = row_warnings(row);
   return j;
 }

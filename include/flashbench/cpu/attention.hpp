@@ -18,12 +18,16 @@ namespace flashbench::cpu {
 
 // Tile sizes [rows]: a row block of Q (Br) against a column block of K/V (Bc). Under the causal mask
 // v2 cuts the diagonal into chunks of Bg columns (a whole number of SIMD registers: v2's forward keeps
-// the rows of a chunk in registers and starts a chunk's rows at Bg·k).
+// one SIMD register of rows together and starts a chunk's rows at r0 + Bg·k).
 struct Tiling {
   int64_t row_block = 64;       // Br
   int64_t col_block = 128;      // Bc
   int64_t diagonal_block = 32;  // Bg
 };
+
+// Throws UsageError unless Br, Bc ≥ 1 and Bg is a positive multiple of the SIMD width. forward,
+// backward and workspace_elements call it.
+void validate(const Tiling& tiling);
 
 // The shape of one layer as the kernels see it.
 struct LayerShape {
