@@ -62,15 +62,24 @@ std::vector<double> time_fma(int threads) {
   return rates;
 }
 
-// C = A·B, n×n row-major, split into column panels, one per thread, each a cpu::gemm call.
+// C = A·B, n×n row-major, cut into a grid of row bands × column panels, one block per thread, each a
+// cpu::gemm call. A thread reads (and packs) its rows of A and its columns of B, so a grid near
+// square reads each operand √T times instead of T times: with column panels alone, 16 threads each
+// streamed all of A and the "ceiling" fell below what the attention kernels reach.
 void parallel_gemm(int threads, int64_t n, const float* A, const float* B, float* C) {
+  int row_bands = 1;
+  for (int p = 1; p * p <= threads; ++p)
+    if (threads % p == 0) row_bands = p;  // the largest divisor ≤ √T; the panels take the rest
+  const int column_panels = threads / row_bands;
   constexpr int64_t kColumnQuantum = 32;  // panels a whole number of register tiles wide
-  const int64_t panel = (n / threads + kColumnQuantum - 1) / kColumnQuantum * kColumnQuantum;
+  const int64_t panel = (n / column_panels + kColumnQuantum - 1) / kColumnQuantum * kColumnQuantum;
+  const int64_t band = (n + row_bands - 1) / row_bands;
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
   for (int t = 0; t < threads; ++t) {
-    const int64_t j0 = std::min(n, t * panel), width = std::min(panel, n - j0);
-    if (width > 0)
-      cpu::gemm(cpu::Op::none, cpu::Op::none, n, width, n, 1.0f, A, n, B + j0, n, 0.0f, C + j0, n);
+    const int64_t i0 = std::min(n, (t / column_panels) * band), rows = std::min(band, n - i0);
+    const int64_t j0 = std::min(n, (t % column_panels) * panel), width = std::min(panel, n - j0);
+    if (rows > 0 && width > 0)
+      cpu::gemm(cpu::Op::none, cpu::Op::none, rows, width, n, 1.0f, A + i0 * n, n, B + j0, n, 0.0f, C + i0 * n + j0, n);
   }
 }
 
