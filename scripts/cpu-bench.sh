@@ -124,7 +124,8 @@ def gflops(row, phase):
 peer_by_key = {key(r): r for r in peer if r.get("status") == "ok"}
 t = peaks[0]["threads"]
 print(f"CPU, {t} threads; 1-minute load average before/between/after the sweep: {' / '.join(loads)}"
-      " (above 0 means other work shared the cores: every figure below is then a lower bound).")
+      f" (before: other work only; between and after include this run's own {t} threads. Above 0 before,"
+      f" or above {t} later, other work shared the cores: every figure below is then a lower bound).")
 print(f"Ceilings (median of repetitions, highest of the three measurements around the sweep): "
       f"FMA {fma:.0f} GFLOP/s; sgemm {peak:.0f} GFLOP/s "
       f"(flashbench gemm {max(p['sgemm_gflops'] for p in peaks):.0f}, OpenBLAS "
