@@ -132,11 +132,12 @@ TEST(Tilings, V2MatchesFloat64Reference) {
   omp_set_num_threads(threads_before);
 }
 
-// A diagonal block that is not a whole number of SIMD registers would let v2's forward run past its
-// scratch; such a tiling (or a zero-sized block) is refused before any kernel runs.
+// A diagonal block that is not a whole number of SIMD registers (12 is one of neither 8 nor 16
+// lanes) would let v2's forward run past its scratch; such a tiling, or a block of size ≤ 0, is
+// refused before any kernel runs.
 TEST(Tilings, InvalidTilingIsAUsageError) {
   const cpu::LayerShape shape{1, 100, 16, true, 0.25f};
-  for (const cpu::Tiling& bad : {cpu::Tiling{64, 128, 8}, cpu::Tiling{64, 128, 0}, cpu::Tiling{0, 128, 32},
+  for (const cpu::Tiling& bad : {cpu::Tiling{64, 128, 12}, cpu::Tiling{64, 128, 0}, cpu::Tiling{0, 128, 32},
                                  cpu::Tiling{64, 0, 32}, cpu::Tiling{64, 128, -16}}) {
     EXPECT_THROW(cpu::validate(bad), UsageError);
     EXPECT_THROW(cpu::workspace_elements(Variant::v2, cpu::Pass::forward, shape, bad, 1), UsageError);
