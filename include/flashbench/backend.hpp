@@ -30,6 +30,12 @@ class Backend {
                                const RunOptions& options) = 0;
 };
 
+// The order a backend runs `variants` in: `standard` first, so that the others can be checked
+// against its outputs.
+std::vector<Variant> standard_first(std::span<const Variant> variants);
+// `rows` in the order of `variants`: how a backend returns them, and how `run` reports them.
+std::vector<Row> in_order_of(std::vector<Row> rows, std::span<const Variant> variants);
+
 std::unique_ptr<Backend> make_cpu_backend();
 // Throws UsageError when this binary has no CUDA backend or the machine has no CUDA device.
 std::unique_ptr<Backend> make_cuda_backend();

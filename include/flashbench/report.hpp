@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "flashbench/peak.hpp"
 #include "flashbench/result.hpp"
 
 namespace flashbench {
@@ -39,6 +40,13 @@ nlohmann::ordered_json row_to_json(const Row& row);
 // The inverse, for `compare`, plots' tests and anything reading our own files. Missing optional
 // parts (model, check, samples) stay empty; a missing required key throws UsageError.
 Row row_from_json(const nlohmann::json& json);
+
+// The CPU ceilings as `info --peak --format json` writes them ("peak": threads, simd, fma_gflops[_best],
+// sgemm_size, sgemm_gflops[_best], openblas_sgemm_gflops (null without OpenBLAS), openblas_core,
+// products), and back, for `run --peak-file`: empty unless threads, fma_gflops and a positive
+// sgemm_gflops are there.
+nlohmann::ordered_json peak_to_json(const PeakReport& peak);
+std::optional<PeakReport> peak_from_json(const nlohmann::json& json);
 
 // Human-readable warnings about a row's measurement (noise above target, cold first sample).
 std::vector<std::string> row_warnings(const Row& row);

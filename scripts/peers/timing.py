@@ -4,6 +4,7 @@ The peer scripts beside this file import it (they put their own folder on sys.pa
 """
 import math
 import statistics
+import time
 
 
 def median_noise(samples):
@@ -26,3 +27,25 @@ def summary(samples):
     return {"median_ms": statistics.median(samples), "mean_ms": mean, "stddev_ms": std,
             "min_ms": min(samples), "max_ms": max(samples), "samples_ms": samples, "count": n,
             "median_noise": median_noise(samples)}
+
+
+def sample(time_once, args, before=None):
+    """Runs time_once() (which runs the work once and returns its milliseconds) args.warmup times
+    untimed, then samples it until flashbench's stopping rule holds: at most args.max_samples, at
+    least args.min_samples, and then until args.max_time seconds went by or the median's noise is at
+    most args.max_noise. `before` runs untimed before every run. Returns summary(samples)."""
+    for _ in range(args.warmup):
+        if before:
+            before()
+        time_once()
+    samples, t0 = [], time.perf_counter()
+    while True:
+        if before:
+            before()
+        samples.append(time_once())
+        n, elapsed = len(samples), time.perf_counter() - t0
+        if n >= args.max_samples:
+            break
+        if n >= args.min_samples and (elapsed >= args.max_time or median_noise(samples) <= args.max_noise):
+            break
+    return summary(samples)

@@ -29,28 +29,16 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import median_noise, summary  # noqa: E402
+import timing  # noqa: E402
 
 
 def sample(fn, args, before=None):
     """Times fn() on the wall clock until the stopping rule holds; `before` runs untimed each time."""
-    for _ in range(args.warmup):
-        if before:
-            before()
-        fn()
-    samples, t0 = [], time.perf_counter()
-    while True:
-        if before:
-            before()
+    def time_once():
         start = time.perf_counter()
         fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-        n, elapsed = len(samples), time.perf_counter() - t0
-        if n >= args.max_samples:
-            break
-        if n >= args.min_samples and (elapsed >= args.max_time or median_noise(samples) <= args.max_noise):
-            break
-    return summary(samples)
+        return (time.perf_counter() - start) * 1e3
+    return timing.sample(time_once, args, before)
 
 
 def bench(torch, B, H, N, d, causal, args):

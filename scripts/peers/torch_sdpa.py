@@ -23,10 +23,9 @@ import datetime
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import median_noise, summary  # noqa: E402
+import timing  # noqa: E402
 
 import torch
 import torch.nn.functional as F
@@ -44,26 +43,15 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 def sample(fn, args, before=None):
     """Times fn() with CUDA events until the stopping rule holds; `before` runs untimed each time."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(args.warmup):
-        if before:
-            before()
-        fn()
-    torch.cuda.synchronize()
-    samples, t0 = [], time.perf_counter()
-    while True:
-        if before:
-            before()
+
+    def time_once():
         start.record()
         fn()
         end.record()
         end.synchronize()
-        samples.append(start.elapsed_time(end))
-        n, elapsed = len(samples), time.perf_counter() - t0
-        if n >= args.max_samples:
-            break
-        if n >= args.min_samples and (elapsed >= args.max_time or median_noise(samples) <= args.max_noise):
-            break
-    return summary(samples)
+        return start.elapsed_time(end)
+    torch.cuda.synchronize()  # nothing queued before the first run counts towards it
+    return timing.sample(time_once, args, before)
 
 
 def bench(name, B, H, N, d, causal, dtype_name, args):

@@ -46,32 +46,6 @@ struct InfoOptions {
   int64_t peak_size = 2048; // n of the n×n×n sgemm
 };
 
-nlohmann::ordered_json peak_json(const PeakReport& peak) {
-  nlohmann::ordered_json j;
-  j["threads"] = peak.threads;
-  j["simd"] = peak.simd;
-  j["fma_gflops"] = peak.fma_gflops;
-  j["fma_gflops_best"] = peak.fma_gflops_best;
-  j["sgemm_size"] = peak.sgemm_size;
-  j["sgemm_gflops"] = peak.sgemm_gflops;
-  j["sgemm_gflops_best"] = peak.sgemm_gflops_best;
-  j["openblas_sgemm_gflops"] = peak.openblas_gflops ? nlohmann::ordered_json(*peak.openblas_gflops) : nullptr;
-  j["openblas_core"] = peak.openblas_core;
-  j["products"] = nlohmann::ordered_json::array();
-  for (const ProductRate& product : peak.products) {
-    nlohmann::ordered_json p;
-    p["name"] = product.name;
-    p["ops"] = product.ops;
-    p["M"] = product.M;
-    p["N"] = product.N;
-    p["K"] = product.K;
-    p["gflops_1thread"] = product.gflops;
-    p["openblas_gflops_1thread"] = product.openblas_gflops ? nlohmann::ordered_json(*product.openblas_gflops) : nullptr;
-    j["products"].push_back(p);
-  }
-  return j;
-}
-
 int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
   // Starting the CUDA backend installs the hook that puts the GPU and driver into the metadata.
   std::string no_gpu = "CUDA not built in";
@@ -86,7 +60,7 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
   info["host"]["simd_cpu"] = cpu_simd();
   info["build"]["simd"] = compiled_simd();
   if (options.threads < 0) throw UsageError(fmt::format("--threads must be at least 1 (got {})", options.threads));
-  if (options.peak) info["peak"] = peak_json(measure_peak(options.threads, options.peak_size));
+  if (options.peak) info["peak"] = peak_to_json(measure_peak(options.threads, options.peak_size));
   if (options.format == "json") {
     std::cout << info.dump(2) << "\n";
     return 0;

@@ -46,31 +46,23 @@ PeakReport cpu_ceilings(const RunFlags& flags, int threads) {
   std::ifstream file(path);
   if (!file) throw UsageError(fmt::format("--peak-file: cannot read '{}'", path));
   const nlohmann::json document = nlohmann::json::parse(file, nullptr, false);
-  const nlohmann::json peak = document.is_object() && document.contains("peak") ? document.at("peak") : nlohmann::json();
-  const auto number = [&](const char* key) -> std::optional<double> {
-    if (!peak.is_object() || !peak.contains(key) || !peak.at(key).is_number()) return std::nullopt;
-    return peak.at(key).get<double>();
-  };
-  PeakReport report;
-  const std::optional<double> sgemm = number("sgemm_gflops"), fma = number("fma_gflops"), measured_threads = number("threads");
-  if (!sgemm || !fma || !measured_threads || *sgemm <= 0)
+  const std::optional<PeakReport> peak =
+      document.is_object() && document.contains("peak") ? peak_from_json(document.at("peak")) : std::nullopt;
+  if (!peak)
     throw UsageError(fmt::format("--peak-file: '{}' is not the output of `flashbench info --peak --format json`", path));
-  report.sgemm_gflops = *sgemm;
-  report.fma_gflops = *fma;
-  report.threads = int(*measured_threads);
-  report.openblas_gflops = number("openblas_sgemm_gflops");
-  if (report.threads != threads)
-    fmt::print(stderr, "warning: --peak-file was measured with {} threads, this run uses {}\n", report.threads, threads);
-  return report;
+  if (peak->threads != threads)
+    fmt::print(stderr, "warning: --peak-file was measured with {} threads, this run uses {}\n", peak->threads, threads);
+  return *peak;
 }
 
+// meta.cpu_peak: where the ceilings came from, the one the rates are read against, and what
+// `info --peak` reports of them (less the per-product rates).
 nlohmann::ordered_json ceilings_json(const PeakReport& peak, const std::string& source) {
-  return {{"source", source},
-          {"threads", peak.threads},
-          {"sgemm_ceiling_gflops", sgemm_ceiling(peak)},
-          {"fma_gflops", peak.fma_gflops},
-          {"sgemm_gflops", peak.sgemm_gflops},
-          {"openblas_sgemm_gflops", peak.openblas_gflops ? nlohmann::ordered_json(*peak.openblas_gflops) : nullptr}};
+  nlohmann::ordered_json j{{"source", source}, {"sgemm_ceiling_gflops", sgemm_ceiling(peak)}};
+  const nlohmann::ordered_json measured = peak_to_json(peak);  // named: items() would outlive a temporary
+  for (const auto& [key, value] : measured.items())
+    if (key != "products") j[key] = value;
+  return j;
 }
 
 // Where the report goes: stdout, or a file written atomically at the end (jsonl streams into the
@@ -180,13 +172,10 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
       row.peak_gflops = sgemm_ceiling_gflops;
       rows.push_back(std::move(row));
     }
-    // Report in the order the variants were asked for.
-    for (Variant variant : spec.variants)
-      for (const Row& row : rows)
-        if (row.variant == variant) {
-          any_failed |= row.status == Status::failed;
-          reporter->add(row);
-        }
+    for (const Row& row : in_order_of(std::move(rows), spec.variants)) {
+      any_failed |= row.status == Status::failed;
+      reporter->add(row);
+    }
   }
   if (progress) fmt::print(stderr, "\r\033[K");
   reporter->finish();

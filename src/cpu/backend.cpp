@@ -64,9 +64,7 @@ class CpuBackend final : public Backend {
     for (float& x : X0) x = normal(generator);
     for (float& x : dO) x = normal(generator);
 
-    // Run `standard` first so the others can be compared with it.
-    std::vector<Variant> order(variants.begin(), variants.end());
-    std::stable_partition(order.begin(), order.end(), [](Variant v) { return v == Variant::standard; });
+    const std::vector<Variant> order = standard_first(variants);
 
     std::optional<Reference> reference;
     if (options.check && std::find(order.begin(), order.end(), Variant::standard) == order.end())
@@ -76,12 +74,7 @@ class CpuBackend final : public Backend {
       Row row = run_variant(problem, variant, options, X0, dO, reference);
       rows.push_back(std::move(row));
     }
-    // Report in the order asked for.
-    std::vector<Row> ordered;
-    for (Variant v : variants)
-      for (Row& row : rows)
-        if (row.variant == v) ordered.push_back(std::move(row));
-    return ordered;
+    return in_order_of(std::move(rows), variants);
   }
 
  private:

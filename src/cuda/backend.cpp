@@ -128,19 +128,14 @@ class CudaBackend final : public Backend {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     const uint64_t seed = options.seed ^ std::hash<std::string>{}(problem.describe());
 
-    std::vector<Variant> order(variants.begin(), variants.end());
-    std::stable_partition(order.begin(), order.end(), [](Variant v) { return v == Variant::standard; });
+    const std::vector<Variant> order = standard_first(variants);
     std::optional<Reference> reference;
     const bool has_standard = std::find(order.begin(), order.end(), Variant::standard) != order.end();
     if (options.check && !has_standard) reference = standard_reference(problem, options, seed);
 
     std::vector<Row> rows;
     for (Variant variant : order) rows.push_back(run_variant(problem, variant, options, seed, reference));
-    std::vector<Row> ordered;
-    for (Variant v : variants)
-      for (Row& row : rows)
-        if (row.variant == v) ordered.push_back(std::move(row));
-    return ordered;
+    return in_order_of(std::move(rows), variants);
   }
 
  private:
