@@ -21,6 +21,9 @@ import math
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results import ResultsError, read_results  # noqa: E402
+
 TAGS = ["input", "activation", "kept", "workspace", "grad"]
 VARIANT_COLOURS = {"standard": "#d62728", "v1": "#ff7f0e", "v2": "#2ca02c", "checkpoint": "#1f77b4"}
 OTHER_COLOURS = ["#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
@@ -32,33 +35,6 @@ BINARY_UNITS = [("B", 1), ("KiB", 1024), ("MiB", 1024 ** 2), ("GiB", 1024 ** 3),
 
 class UsageError(Exception):
     pass
-
-
-def read_results(path):
-    """(meta, rows) of a .json document or a .jsonl stream (meta line, row lines, summary line)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as error:
-        raise UsageError(f"cannot read '{path}': {error.strerror}")
-    try:
-        if path.endswith(".jsonl"):
-            meta, rows = {}, []
-            for line in text.splitlines():
-                if not line.strip():
-                    continue
-                record = json.loads(line)
-                if "meta" in record:
-                    meta = record["meta"]
-                elif "summary" not in record:
-                    rows.append(record)
-            return meta, rows
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"'{path}' is not JSON: {error}")
-    if not isinstance(document, dict) or "rows" not in document:
-        raise UsageError(f"'{path}' has no \"rows\": not a flashbench results file")
-    return document.get("meta", {}), document["rows"]
 
 
 def number(value):
@@ -123,9 +99,9 @@ def collect_series(paths):
     """
     loaded = []
     for path in paths:
-        meta, rows = read_results(path)
-        ok = [r for r in rows if r.get("status") == "ok" and number(dig(r, "problem", "seq")) is not None]
-        loaded.append((path, meta, ok))
+        results = read_results(path)
+        ok = [r for r in results.rows if r.get("status") == "ok" and number(dig(r, "problem", "seq")) is not None]
+        loaded.append((path, results.meta, ok))
     names = source_names(loaded)
     groups = {}  # (source, variant, shape without batch) -> {batch: [points]}
     sources = []
@@ -343,7 +319,7 @@ def main(argv):
         for path in draw(args.results, args.out, args.svg):
             print(path)
         return 0
-    except UsageError as error:
+    except (UsageError, ResultsError) as error:
         print(f"plot.py: {error}", file=sys.stderr)
         return 2
     except RuntimeError as error:
