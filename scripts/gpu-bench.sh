@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The GPU workflow in one invocation: build and test (scripts/gpu-check.sh), then a sweep of all four
 # variants over N with B·N tokens fixed, the PyTorch SDPA peers on the same shapes, one merged JSON
-# (flashbench's contract, peers' rows beside ours) and the plots, all under OUTPUT_DIR.
+# (flashbench's contract, peers' rows beside ours, by scripts/merge_results.py, which prints a table
+# of it) and the plots, all under OUTPUT_DIR.
 #
 #   scripts/gpu-bench.sh OUTPUT_DIR
 #
 # Environment (defaults are the H200 sweep of issue 6): SEQS="1024 ... 65536", TOKENS=16384 (B = max(1,
 # TOKENS/N)), HEADS=16, HEAD_DIM=128, DTYPE=bf16, MASKS="false true", MAX_TIME=3 [s per configuration],
-# SKIP_CHECK=1 to reuse an existing build, SKIP_PEERS=1, BUILD_DIR.
+# SKIP_CHECK=1 to reuse an existing build, SKIP_PEERS=1, BUILD_DIR (default build-gpu; gpu-check
+# configures only a folder without a CMake cache and refuses one configured otherwise: exit 3).
 set -euo pipefail
 out=${1:?usage: scripts/gpu-bench.sh OUTPUT_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +24,13 @@ max_time=${MAX_TIME:-3}
 mkdir -p "$out/rows"
 
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
-  "$root/scripts/gpu-check.sh" "$out/check" "$build" || echo "gpu-check reported failures (see $out/check)"
+  check=0
+  "$root/scripts/gpu-check.sh" "$out/check" "$build" || check=$?
+  if [ "$check" = 3 ]; then
+    exit 3  # BUILD_DIR is configured otherwise: gpu-check said so and changed nothing
+  elif [ "$check" != 0 ]; then
+    echo "gpu-check reported failures (see $out/check)"
+  fi
 fi
 flashbench=$build/flashbench
 
@@ -44,42 +52,17 @@ if [ "${SKIP_PEERS:-0}" != 1 ]; then
 fi
 
 echo "== merge"
-python3 - "$out" <<'PY'
-import glob, json, os, sys
-out = sys.argv[1]
-meta, rows = None, []
-for path in sorted(glob.glob(os.path.join(out, "rows", "cuda-*.jsonl"))):
-    with open(path) as fh:
-        lines = [json.loads(line) for line in fh if line.strip()]
-    if not lines:
-        continue
-    if meta is None and "meta" in lines[0]:
-        meta = lines[0]["meta"]
-    rows += [r for r in lines if "backend" in r]
-for path in sorted(glob.glob(os.path.join(out, "rows", "peers-*.json"))):
-    with open(path) as fh:
-        peer = json.load(fh)
-    rows += peer["rows"]
-    (meta or {}).setdefault("peers", []).append(peer["meta"])
-with open(os.path.join(out, "sweep.json"), "w") as fh:
-    json.dump({"schema_version": 1, "meta": meta or {}, "rows": rows}, fh, indent=1)
-print(f"{len(rows)} rows -> {os.path.join(out, 'sweep.json')}")
-def ms(r, phase):
-    t = (r.get("timing") or {}).get(phase) or {}
-    return f"{t['median_ms']:9.2f}" if t.get("median_ms") is not None else "        -"
-def gib(r, key):
-    m = (r.get("memory") or {}).get("measured") or {}
-    return f"{m[key] / 2**30:8.2f}" if m.get(key) is not None else "       -"
-print(f"{'backend':20s} {'variant':10s} {'N':>6s} {'B':>3s} c {'fwd ms':>9s} {'bwd ms':>9s} {'bwdTF':>6s} {'peakGiB':>8s} {'model':>8s} {'err':>8s} status")
-for r in sorted(rows, key=lambda r: (r["problem"]["causal"], r["problem"]["seq"], r["backend"], r["variant"])):
-    p = r["problem"]
-    tf = (r.get("throughput") or {}).get("bwd_tflops")
-    model = ((r.get("memory") or {}).get("model") or {}).get("peak_bytes")
-    err = (r.get("check") or {}).get("max_rel_err")
-    print(f"{r['backend']:20s} {r['variant']:10s} {p['seq']:6d} {p['batch']:3d} {int(p['causal'])} {ms(r,'fwd')} {ms(r,'bwd')} "
-          f"{tf if tf is None else round(tf, 1)!s:>6s} {gib(r,'peak_bytes')} "
-          f"{(f'{model / 2**30:8.2f}' if model else '       -')} {(f'{err:8.1e}' if err is not None else '       -')} {r['status']}")
-PY
+# scripts/merge_results.py: flashbench's rows files, then the peers' (their meta in meta.peers); it
+# refuses inputs whose schema_version differ.
+shopt -s nullglob
+row_files=("$out"/rows/cuda-*.jsonl)
+peer_args=()
+for peer in "$out"/rows/peers-*.json; do
+  peer_args+=(--peer "$peer")
+done
+shopt -u nullglob
+python3 "$root/scripts/merge_results.py" --out "$out/sweep.json" ${row_files[@]+"${row_files[@]}"} \
+  ${peer_args[@]+"${peer_args[@]}"}
 
 if [ -f "$root/scripts/plot.py" ]; then
   echo "== plots"

@@ -7,7 +7,10 @@
 # Needs nvcc (CUDA 12 or newer), CMake >= 3.20, Ninja and a C++20 compiler. A machine where nothing
 # can be installed may lack fmt, nlohmann/json, CLI11 and GoogleTest: scripts/gpu-deps.sh, run on a
 # machine that has them, copies their headers and GoogleTest's sources into .deps/, which this
-# script then uses (fmt header-only).
+# script then uses (fmt header-only). BUILD_DIR (default build-gpu) is configured by this script
+# only when it has no CMake cache yet; a folder configured before must have FLASHBENCH_CUDA=ON and
+# the tests on, and is built with the options it has (another script's build is never changed);
+# one configured otherwise is refused with exit status 3.
 set -euo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUTPUT_DIR [BUILD_DIR]}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,27 +18,43 @@ build=${2:-$root/build-gpu}
 mkdir -p "$out"
 jobs=$(nproc)
 
-# The python3 on PATH (the one with numpy, e.g. a framework's environment) runs the CLI tests.
-cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHBENCH_CUDA=ON -DPython3_EXECUTABLE="$(command -v python3)")
-deps=$root/.deps
-if [ -d "$deps/include" ]; then
-  cmake_args+=(-DFLASHBENCH_DEPS_DIR="$deps")
-fi
-if [ -d "$deps/googletest" ] && [ ! -e /usr/include/gtest/gtest.h ]; then
-  # GoogleTest from source, installed next to the build so find_package(GTest) sees it.
-  gtest_prefix=$build/_gtest
-  if [ ! -e "$gtest_prefix/include/gtest/gtest.h" ]; then
-    cmake -S "$deps/googletest" -B "$build/_gtest-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DBUILD_GMOCK=OFF -DINSTALL_GTEST=ON -DCMAKE_INSTALL_PREFIX="$gtest_prefix" >"$out/gtest-build.log" 2>&1
-    cmake --build "$build/_gtest-build" -j "$jobs" >>"$out/gtest-build.log" 2>&1
-    cmake --install "$build/_gtest-build" >>"$out/gtest-build.log" 2>&1
+# A build folder that already has a CMake cache keeps its options: it is reconfigured with none,
+# after checking that it builds what this script tests (FLASHBENCH_CUDA=ON, the tests not off); one
+# configured otherwise (scripts/setup.sh's build/, say) is refused, not changed.
+cache=$build/CMakeCache.txt
+cached() { sed -n "/^$1:[A-Za-z]*=/{s/^[^=]*=//p;q}" "$cache" | tr '[:lower:]' '[:upper:]'; }
+cmake_args=()
+if [ -e "$cache" ]; then
+  cuda=$(cached FLASHBENCH_CUDA)
+  tests=$(cached FLASHBENCH_BUILD_TESTS)
+  case "$tests" in OFF | FALSE | NO | N | 0) tests_off=1 ;; *) tests_off=0 ;; esac
+  if [ "$cuda" != ON ] || [ "$tests_off" = 1 ]; then
+    echo "gpu-check: $build is configured with FLASHBENCH_CUDA=${cuda:-unset} FLASHBENCH_BUILD_TESTS=${tests:-unset}; this script needs ON and ON and changes no other build: give it another BUILD_DIR" >&2
+    exit 3
   fi
-  cmake_args+=(-DCMAKE_PREFIX_PATH="$gtest_prefix")
+else
+  # The python3 on PATH (the one with numpy, e.g. a framework's environment) runs the CLI tests.
+  cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHBENCH_CUDA=ON -DPython3_EXECUTABLE="$(command -v python3)")
+  deps=$root/.deps
+  if [ -d "$deps/include" ]; then
+    cmake_args+=(-DFLASHBENCH_DEPS_DIR="$deps")
+  fi
+  if [ -d "$deps/googletest" ] && [ ! -e /usr/include/gtest/gtest.h ]; then
+    # GoogleTest from source, installed next to the build so find_package(GTest) sees it.
+    gtest_prefix=$build/_gtest
+    if [ ! -e "$gtest_prefix/include/gtest/gtest.h" ]; then
+      cmake -S "$deps/googletest" -B "$build/_gtest-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DBUILD_GMOCK=OFF -DINSTALL_GTEST=ON -DCMAKE_INSTALL_PREFIX="$gtest_prefix" >"$out/gtest-build.log" 2>&1
+      cmake --build "$build/_gtest-build" -j "$jobs" >>"$out/gtest-build.log" 2>&1
+      cmake --install "$build/_gtest-build" >>"$out/gtest-build.log" 2>&1
+    fi
+    cmake_args+=(-DCMAKE_PREFIX_PATH="$gtest_prefix")
+  fi
 fi
 
 { nvidia-smi || true; nvcc --version; } >"$out/device.txt" 2>&1
 echo "== configure"
-cmake -S "$root" -B "$build" "${cmake_args[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake -S "$root" -B "$build" ${cmake_args[@]+"${cmake_args[@]}"} >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 echo "== build"
 cmake --build "$build" -j "$jobs" >"$out/build.log" 2>&1 || { grep -E -A5 "error|FAILED" "$out/build.log" | head -60; exit 1; }
 grep -E "spill" "$out/build.log" | sort -u | head -20 || true
