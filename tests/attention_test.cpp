@@ -8,8 +8,10 @@
 #include <limits>
 
 #include "flashbench/cpu/attention.hpp"
-#include "flashbench/cpu/stack.hpp"
+#include "flashbench/cpu/kept.hpp"
 #include "flashbench/errors.hpp"
+#include "flashbench/harness/registry.hpp"
+#include "flashbench/harness/stack.hpp"
 #include "support/reference.hpp"
 
 namespace flashbench {
@@ -26,7 +28,7 @@ struct LayerResult {
 LayerResult run_layer(Variant variant, const Shape& s, const std::vector<float>& Q, const std::vector<float>& K,
                       const std::vector<float>& V, const std::vector<float>& dO, const cpu::Tiling& tiling = {}) {
   MemoryLedger ledger;
-  HostAllocator allocator(ledger);
+  HostSpace allocator(ledger);
   const cpu::LayerShape shape{s.BH, s.N, s.d, s.causal, 1.0f / std::sqrt(float(s.d))};
   LayerResult r;
   // NaN, not zero: a kernel that skips the first write of an output (or accumulates onto it) fails.
@@ -35,13 +37,46 @@ LayerResult run_layer(Variant variant, const Shape& s, const std::vector<float>&
   r.dQ.assign(Q.size(), nan);
   r.dK.assign(Q.size(), nan);
   r.dV.assign(Q.size(), nan);
-  cpu::KeptState kept;
-  cpu::forward(variant, shape, tiling, Q.data(), K.data(), V.data(), r.O.data(), kept, allocator);
-  cpu::backward(variant, shape, tiling, Q.data(), K.data(), V.data(), r.O.data(), dO.data(), kept,
-                r.dQ.data(), r.dK.data(), r.dV.data(), allocator);
-  r.peak_bytes = ledger.peak_bytes();
-  EXPECT_EQ(ledger.live().total(), 0) << "backward must release everything the layer kept";
+  {
+    const Problem problem{.batch = 1, .heads = s.BH, .seq = s.N, .head_dim = s.d, .causal = s.causal};
+    const KeptTensors kept = allocate_kept(variant, problem, allocator);
+    const cpu::KeptView view = cpu::kept_view(variant, problem, kept);
+    cpu::forward(variant, shape, tiling, Q.data(), K.data(), V.data(), r.O.data(), view, allocator);
+    cpu::backward(variant, shape, tiling, Q.data(), K.data(), V.data(), r.O.data(), dO.data(), view, r.dQ.data(),
+                  r.dK.data(), r.dV.data(), allocator);
+    r.peak_bytes = ledger.peak_bytes();
+  }
+  EXPECT_EQ(ledger.live().total(), 0) << "the kernels must release all their workspace";
   return r;
+}
+
+struct StackResult {
+  std::vector<float> output, input_grad;  // X_L, dX_0 [B,H,N,d]
+};
+
+// One pass of the CPU implementation of `variant` through the harness's layer stack, on a fresh
+// ledger that must hold nothing but the inputs afterwards.
+StackResult run_cpu_stack(Variant variant, const Problem& problem, const std::vector<float>& X0,
+                          const std::vector<float>& dO) {
+  const DeviceEntry& entry = registry().device("cpu");
+  std::unique_ptr<Device> device = entry.open({});
+  auto implementations = select_implementations(entry, {std::string(to_string(variant))});
+  MemoryLedger ledger;
+  HostSpace space(ledger);
+  const int64_t bytes = problem.qkv_elements() * element_bytes(problem.dtype);
+  RawBuffer X0_stored(space, Tag::input, bytes), dO_stored(space, Tag::input, bytes);
+  device->upload(X0, problem.dtype, X0_stored.data());
+  device->upload(dO, problem.dtype, dO_stored.data());
+  LayerStack stack(problem, *implementations.front(), *device, space);
+  stack.forward(X0_stored.data());
+  StackResult result;
+  result.output = device->download(stack.output(), problem.dtype, 0, problem.qkv_elements());
+  {
+    RawBuffer dX0 = stack.backward(X0_stored.data(), dO_stored.data());
+    result.input_grad = device->download(dX0.data(), device->gradient_dtype(problem), 0, problem.qkv_elements());
+  }
+  EXPECT_EQ(ledger.live().total(), ledger.live()[Tag::input]) << "the stack must free all but its inputs";
+  return result;
 }
 
 struct Case {
@@ -222,13 +257,9 @@ TEST(Stack, ThreeLayersMatchReference) {
     const testing::StackGrads want =
         testing::reference_stack(s, problem.layers, testing::to_double(X0), testing::to_double(dO));
     for (Variant variant : kAllVariants) {
-      MemoryLedger ledger;
-      HostAllocator allocator(ledger);
-      const cpu::StackInputs inputs = cpu::make_stack_inputs(problem, X0, dO, allocator);
-      const cpu::StackPass got = cpu::run_stack(variant, problem, cpu::Tiling{}, inputs, allocator, true);
+      const StackResult got = run_cpu_stack(variant, problem, X0, dO);
       EXPECT_LE(testing::normwise_error(got.output, want.output), 1e-5) << to_string(variant);
       EXPECT_LE(testing::normwise_error(got.input_grad, want.input_grad), 1e-5) << to_string(variant);
-      EXPECT_EQ(ledger.live().total(), ledger.live()[Tag::input]) << "the stack must free all but its inputs";
     }
   }
 }
@@ -251,7 +282,7 @@ TEST(Stack, SixteenBitStorageMatchesReference) {
     const auto X0 = testing::random_normal(problem.qkv_elements(), 51);
     const auto dO = testing::random_normal(problem.qkv_elements(), 52);
     const auto stored = [&](const std::vector<float>& x) {
-      std::vector<cpu::Half> bits(x.size());
+      std::vector<Half> bits(x.size());
       std::vector<float> widened(x.size());
       cpu::round_to_storage(dtype, x.data(), bits.data(), int64_t(x.size()));
       cpu::widen_from_storage(dtype, bits.data(), widened.data(), int64_t(x.size()));
@@ -260,10 +291,7 @@ TEST(Stack, SixteenBitStorageMatchesReference) {
     const testing::StackGrads want = testing::reference_stack(s, problem.layers, stored(X0), stored(dO));
     const double unit = dtype == Dtype::bf16 ? 1.0 / 256 : 1.0 / 2048;  // 2^-8 and 2^-11
     for (Variant variant : kAllVariants) {
-      MemoryLedger ledger;
-      HostAllocator allocator(ledger);
-      const cpu::StackInputs inputs = cpu::make_stack_inputs(problem, X0, dO, allocator);
-      const cpu::StackPass got = cpu::run_stack(variant, problem, cpu::Tiling{}, inputs, allocator, true);
+      const StackResult got = run_cpu_stack(variant, problem, X0, dO);
       const double bound = (variant == Variant::v1 ? 40 : 4) * unit;
       EXPECT_LE(testing::normwise_error(got.output, want.output), bound) << to_string(dtype) << " " << to_string(variant);
       EXPECT_LE(testing::normwise_error(got.input_grad, want.input_grad), bound)

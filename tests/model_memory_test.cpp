@@ -1,4 +1,4 @@
-// The analytic memory model against the CPU backend's measured ledger (peak within 1%, and the same
+// The analytic memory model against the CPU device's measured ledger (peak within 1%, and the same
 // kept bytes, tag split and phase) on a grid of variants, causal, L, odd N and thread counts; the
 // model's closed form against hand-counted schedules; the pre-flight message; fit.
 #include <gtest/gtest.h>
@@ -9,14 +9,12 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "flashbench/backend.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/model.hpp"
+#include "support/cpu.hpp"
 
 namespace flashbench {
 namespace {
-
-constexpr BackendKind kCpu = BackendKind::cpu;
 
 Problem make_problem(int64_t B, int64_t H, int64_t N, int64_t d, int64_t L, bool causal) {
   Problem p;
@@ -52,27 +50,18 @@ TEST_P(ModelMatchesCpu, PeakKeptSplitAndPhase) {
   problem.dtype = g.dtype;
   RunOptions options;
   options.sampling.warmup = 0;
+  options.sampling.warmup_ms = 0;
   options.sampling.min_samples = 1;
   options.sampling.max_samples = 1;
-  options.threads = g.threads;
   options.check = false;
-  const int threads_before = omp_get_max_threads();
-  std::vector<Row> rows;
-  try {
-    rows = make_cpu_backend()->run(problem, kAllVariants, options);
-  } catch (const UsageError& e) {
-    omp_set_num_threads(threads_before);
-    if (g.dtype != Dtype::fp32) GTEST_SKIP() << "no 16-bit storage on this backend yet: " << e.what();
-    throw;
-  }
-  omp_set_num_threads(threads_before);
+  const std::vector<Row> rows = testing::run_cpu(problem, kAllVariants, options, g.threads);
   ASSERT_EQ(rows.size(), kAllVariants.size());
   for (const Row& row : rows) {
     SCOPED_TRACE(std::string(to_string(row.variant)) + " " + problem.describe() + " threads " +
                  std::to_string(row.threads));
     ASSERT_EQ(row.status, Status::ok) << row.reason;
     EXPECT_EQ(row.threads, g.threads);
-    const ModelledMemory model = model_memory(kCpu, problem, row.variant, cpu::Tiling{}, row.threads);
+    const ModelledMemory model = testing::cpu_model(row.threads).stack(problem, row.variant);
     const double measured = double(row.measured.peak_bytes);
     EXPECT_GT(measured, 0);
     EXPECT_LE(std::abs(double(model.peak_bytes) - measured), 0.01 * measured)
@@ -119,7 +108,7 @@ TEST(MemoryModel, OneLayerCountedByHand) {
 
   // standard: forward keeps P, no workspace; backward peaks with X0, dO, P, dQ, dK, dV and dP rows
   // (X_1 freed first).
-  ModelledMemory m = model_memory(kCpu, p, Variant::standard, cpu::Tiling{}, 1);
+  ModelledMemory m = testing::cpu_model(1).stack(p, Variant::standard);
   EXPECT_EQ(m.peak_bytes, 2 * X + NN + 3 * X + dP_rows);
   EXPECT_EQ(m.peak_phase, Phase::bwd);
   EXPECT_EQ(m.kept_bytes, NN);
@@ -128,13 +117,13 @@ TEST(MemoryModel, OneLayerCountedByHand) {
 
   // v2: O (kept) and LSE; backward workspace D [BH,N] plus, per thread, two 64×128 tiles (P, dS)
   // and the column block's K and V transposed, two d×128 panels.
-  m = model_memory(kCpu, p, Variant::v2, cpu::Tiling{}, 1);
+  m = testing::cpu_model(1).stack(p, Variant::v2);
   EXPECT_EQ(m.kept_bytes, X + row);
   EXPECT_EQ(m.peak_bytes, 2 * X + X + row + 3 * X + row + (2 * 64 * 128 + 2 * 16 * 128) * 4);
   EXPECT_EQ(m.by_tag[Tag::kept], X + row);
 
   // checkpoint: keeps nothing; its backward recomputes P and O into the workspace.
-  m = model_memory(kCpu, p, Variant::checkpoint, cpu::Tiling{}, 1);
+  m = testing::cpu_model(1).stack(p, Variant::checkpoint);
   EXPECT_EQ(m.kept_bytes, 0);
   EXPECT_EQ(m.peak_bytes, 2 * X + 3 * X + NN + X + dP_rows);
 }
@@ -144,7 +133,7 @@ TEST(MemoryModel, OneLayerCountedByHand) {
 TEST(MemoryModel, StackOfThreeLayers) {
   const Problem p = make_problem(1, 1, 50, 8, 3, false);
   const int64_t X = 50 * 8 * 4, NN = 50 * 50 * 4, dP_rows = 64 * 50 * 4;
-  const ModelledMemory m = model_memory(kCpu, p, Variant::standard, cpu::Tiling{}, 1);
+  const ModelledMemory m = testing::cpu_model(1).stack(p, Variant::standard);
   // Layer 2's backward: X_1, X_2 alive, 3 P's, dQ dK dV.
   const int64_t last_layer = 2 * X + 2 * X + 3 * NN + 3 * X + dP_rows;
   // Layer 1's: X_1, 2 P's, dX_2 plus dQ dK dV — smaller by NN + X − X.
@@ -159,16 +148,16 @@ TEST(MemoryModel, StackOfThreeLayers) {
 // which holds one more fp32 gradient.
 TEST(MemoryModel, SixteenBitStorage) {
   Problem p = make_problem(1, 2, 64, 16, 3, false);
-  const ModelledMemory fp32 = model_memory(kCpu, p, Variant::v1, cpu::Tiling{}, 1);
+  const ModelledMemory fp32 = testing::cpu_model(1).stack(p, Variant::v1);
   p.dtype = Dtype::fp16;
-  const ModelledMemory fp16 = model_memory(kCpu, p, Variant::v1, cpu::Tiling{}, 1);
+  const ModelledMemory fp16 = testing::cpu_model(1).stack(p, Variant::v1);
   const int64_t S32 = 2 * 64 * 64 * 4, stats = 2 * (2 * 64 * 4);
   EXPECT_EQ(fp32.kept_bytes, 3 * (S32 + stats));
   EXPECT_EQ(fp16.kept_bytes, 3 * (S32 / 2 + stats));
   EXPECT_EQ(fp16.by_tag[Tag::input], 2 * (2 * 64 * 16 * 2));
 
   const int64_t X16 = 2 * 64 * 16 * 2, G = 2 * 64 * 16 * 4;
-  const ModelledMemory checkpoint = model_memory(kCpu, p, Variant::checkpoint, cpu::Tiling{}, 1);
+  const ModelledMemory checkpoint = testing::cpu_model(1).stack(p, Variant::checkpoint);
   EXPECT_EQ(checkpoint.peak_phase, Phase::bwd);
   EXPECT_EQ(checkpoint.by_tag[Tag::grad], 4 * G);
   EXPECT_EQ(checkpoint.by_tag[Tag::activation], 1 * X16);
@@ -178,13 +167,13 @@ TEST(MemoryModel, InstantForAMillionTokens) {
   const Problem p = make_problem(1, 32, 1 << 20, 128, 32, true);
   const auto start = std::chrono::steady_clock::now();
   for (Variant v : kAllVariants) {
-    const ModelledMemory m = model_memory(kCpu, p, v, cpu::Tiling{}, 16);
+    const ModelledMemory m = testing::cpu_model(16).stack(p, v);
     EXPECT_GT(m.peak_bytes, 0);
     EXPECT_EQ(m.by_tag.total(), m.peak_bytes);
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.1);
   // standard at N = 1M keeps 32 P's of 32 heads: 2^20·2^20·4·32·32 = 2^52 bytes.
-  EXPECT_EQ(model_memory(kCpu, p, Variant::standard, cpu::Tiling{}, 16).kept_bytes, int64_t{1} << 52);
+  EXPECT_EQ(testing::cpu_model(16).stack(p, Variant::standard).kept_bytes, int64_t{1} << 52);
 }
 
 // ---- pre-flight ----
@@ -203,30 +192,30 @@ TEST(Fit, LargestSequenceIsTight) {
   const int64_t budget = int64_t{16} << 30;
   for (Variant v : kAllVariants) {
     SCOPED_TRACE(std::string(to_string(v)));
-    const FitResult r = fit_in_budget(kCpu, p, v, FitAxis::seq, budget, cpu::Tiling{}, 2);
+    const FitResult r = fit_in_budget(testing::cpu_model(2), p, v, FitAxis::seq, budget);
     ASSERT_GT(r.max_value, 0);
     Problem at = p, beyond = p;
     at.seq = r.max_value;
     beyond.seq = r.max_value + 1;
-    EXPECT_EQ(r.model_peak_bytes, model_memory(kCpu, at, v, cpu::Tiling{}, 2).peak_bytes);
+    EXPECT_EQ(r.model_peak_bytes, testing::cpu_model(2).stack(at, v).peak_bytes);
     EXPECT_LE(r.model_peak_bytes, budget);
     if (!r.at_axis_limit) {
-      EXPECT_GT(model_memory(kCpu, beyond, v, cpu::Tiling{}, 2).peak_bytes, budget);
+      EXPECT_GT(testing::cpu_model(2).stack(beyond, v).peak_bytes, budget);
     }
   }
-  const int64_t standard = fit_in_budget(kCpu, p, Variant::standard, FitAxis::seq, budget, cpu::Tiling{}, 2).max_value;
-  const int64_t v2 = fit_in_budget(kCpu, p, Variant::v2, FitAxis::seq, budget, cpu::Tiling{}, 2).max_value;
+  const int64_t standard = fit_in_budget(testing::cpu_model(2), p, Variant::standard, FitAxis::seq, budget).max_value;
+  const int64_t v2 = fit_in_budget(testing::cpu_model(2), p, Variant::v2, FitAxis::seq, budget).max_value;
   EXPECT_GT(v2, 5 * standard);  // O(N) kept state against O(N²)
 }
 
 TEST(Fit, BatchSearchAndNothingFits) {
   Problem p = make_problem(1, 8, 4096, 64, 2, false);
-  const FitResult r = fit_in_budget(kCpu, p, Variant::v1, FitAxis::batch, int64_t{8} << 30, cpu::Tiling{}, 1);
+  const FitResult r = fit_in_budget(testing::cpu_model(1), p, Variant::v1, FitAxis::batch, int64_t{8} << 30);
   ASSERT_GT(r.max_value, 0);
   p.batch = r.max_value + 1;
-  EXPECT_GT(model_memory(kCpu, p, Variant::v1, cpu::Tiling{}, 1).peak_bytes, int64_t{8} << 30);
+  EXPECT_GT(testing::cpu_model(1).stack(p, Variant::v1).peak_bytes, int64_t{8} << 30);
 
-  const FitResult none = fit_in_budget(kCpu, p, Variant::standard, FitAxis::seq, 1000, cpu::Tiling{}, 1);
+  const FitResult none = fit_in_budget(testing::cpu_model(1), p, Variant::standard, FitAxis::seq, 1000);
   EXPECT_EQ(none.max_value, 0);
   EXPECT_EQ(none.model_peak_bytes, 0);
 }
@@ -240,7 +229,7 @@ const PresetRow& find_row(const Preset& preset, const std::string& quantity) {
 }
 
 TEST(Presets, Seed002FormulaPrintedAndFlags) {
-  const Preset preset = make_preset("seed-002", cpu::Tiling{}, 2);
+  const Preset preset = make_preset("seed-002", testing::cpu_model(2));
   constexpr double MiB = 1 << 20, GiB = 1 << 30;
   EXPECT_DOUBLE_EQ(*find_row(preset, "O per layer (V2)").formula, 1.00 * MiB);
   EXPECT_DOUBLE_EQ(*find_row(preset, "temporary buffers per layer (V2)").formula, 4.00 * MiB);
@@ -264,7 +253,7 @@ TEST(Presets, Seed002FormulaPrintedAndFlags) {
 }
 
 TEST(Presets, Seed000AndSeed003) {
-  const Preset s000 = make_preset("seed-000", cpu::Tiling{}, 1);
+  const Preset s000 = make_preset("seed-000", testing::cpu_model(1));
   EXPECT_DOUBLE_EQ(*find_row(s000, "P elements per head").formula, 1073741824.0);
   EXPECT_NEAR(*find_row(s000, "P per head, fp16").formula / 1e9, 2.15, 0.005);
   EXPECT_TRUE(find_row(s000, "P per head, fp16").mismatch);  // printed 2.14
@@ -273,12 +262,12 @@ TEST(Presets, Seed000AndSeed003) {
   EXPECT_DOUBLE_EQ(*find_row(s000, "m and l per head, fp32").formula, 256.0 * 1024);
   EXPECT_FALSE(find_row(s000, "m and l per head, fp32").mismatch);
 
-  const Preset s003 = make_preset("seed-003", cpu::Tiling{}, 1);
+  const Preset s003 = make_preset("seed-003", testing::cpu_model(1));
   const PresetRow& p = find_row(s003, "P per head, fp16");
   EXPECT_DOUBLE_EQ(*p.formula, 32.0 * (1 << 30));
   EXPECT_NEAR(*p.formula / 1e9, 34.4, 0.05);
   EXPECT_TRUE(p.mismatch);  // "about 32 GB" is GiB
-  EXPECT_THROW(make_preset("seed-001", cpu::Tiling{}, 1), UsageError);
+  EXPECT_THROW(make_preset("seed-001", testing::cpu_model(1)), UsageError);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #pragma once
 // Comparing two runs (or the variants of one run against `standard`), as Google Benchmark's
-// compare.py does: rows matched by backend, variant and problem; time and peak-memory ratios; a
+// compare.py does: rows matched by backend, implementation and problem; time and peak-memory ratios; a
 // two-sided Mann-Whitney U test on the raw samples decides whether a time difference is real.
 #include <optional>
 #include <string>
@@ -50,11 +50,12 @@ struct Comparison {
 // sides have samples enough for the test) the U test's p-value is below `alpha`.
 PhaseComparison compare_phase(const TimingSummary& a, const TimingSummary& b, const CompareOptions& options);
 
-// Two runs: every row of `a` matched with the row of `b` with the same backend, variant, problem.
+// Two runs: every row of `a` matched with the row of `b` with the same backend, implementation, problem.
 Comparison compare_runs(const std::vector<Row>& a, const std::vector<Row>& b, const CompareOptions& options);
 
-// One run: every row against the row of `baseline` variant with the same backend and problem.
-// Rows of problems without a baseline row are listed in only_b.
-Comparison compare_to_baseline(const std::vector<Row>& rows, Variant baseline, const CompareOptions& options);
+// One run: every row against the row of the `baseline` implementation (a variant's name names its
+// default one, e.g. "standard") with the same backend and problem. Rows of problems without a
+// baseline row are listed in only_b; a baseline that no row has is a UsageError.
+Comparison compare_to_baseline(const std::vector<Row>& rows, const std::string& baseline, const CompareOptions& options);
 
 }  // namespace flashbench

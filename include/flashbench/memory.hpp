@@ -5,7 +5,9 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <cstddef>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -28,7 +30,7 @@ struct TagBytes {
   int64_t total() const;
 };
 
-// The bookkeeping alone: backends call record_allocation / record_release around their real
+// The bookkeeping alone: memory spaces call record_allocation / record_release around their real
 // allocations. Not thread-safe: buffers are allocated and freed outside parallel regions.
 class MemoryLedger {
  public:
@@ -65,65 +67,98 @@ class MemoryLedger {
   Phase peak_phase_ = Phase::setup;
 };
 
+// Where buffers live: the host heap or a device's pool. Every allocation and release passes through
+// the ledger; a space also reports its operating system's (or driver's) view of the peak, the
+// cross-check of the ledger's own.
+class MemorySpace {
+ public:
+  explicit MemorySpace(MemoryLedger& ledger) : ledger_(&ledger) {}
+  MemorySpace(const MemorySpace&) = delete;
+  MemorySpace& operator=(const MemorySpace&) = delete;
+  virtual ~MemorySpace() = default;
+
+  virtual void* allocate(Tag tag, int64_t bytes) = 0;  // throws OutOfMemory
+  virtual void release(void* pointer, Tag tag, int64_t bytes) noexcept = 0;
+
+  // Start watching the outside view of the peak from what is in use now; the bytes it rose by since
+  // (nullopt where the system cannot tell). [bytes]
+  virtual void reset_os_peak() {}
+  virtual std::optional<int64_t> os_peak_bytes() const { return std::nullopt; }
+
+  MemoryLedger& ledger() const { return *ledger_; }
+
+ protected:
+  // Throws OutOfMemory when `bytes` more would pass the ledger's limit; negative sizes are a bug.
+  void check_limit(Tag tag, int64_t bytes) const;
+
+ private:
+  MemoryLedger* ledger_;
+};
+
 // Host memory through the ledger: 64-byte aligned (one cache line, one AVX-512 vector).
 // Freed blocks are cached by size and handed out again: a benchmark repeats the same sequence of
 // allocations every sample, and fresh pages would add page-fault and zeroing time to each one (what a
 // framework's caching allocator avoids). The ledger counts only live bytes; the cache is returned to
-// the system when the allocator is destroyed.
-class HostAllocator {
+// the system when the space is destroyed. Its outside view is the resident set's high-water mark.
+class HostSpace final : public MemorySpace {
  public:
-  explicit HostAllocator(MemoryLedger& ledger) : ledger_(&ledger) {}
-  HostAllocator(const HostAllocator&) = delete;
-  HostAllocator& operator=(const HostAllocator&) = delete;
-  ~HostAllocator();
-  void* allocate(Tag tag, int64_t bytes);  // throws OutOfMemory
-  void release(void* pointer, Tag tag, int64_t bytes) noexcept;
-  MemoryLedger& ledger() const { return *ledger_; }
+  explicit HostSpace(MemoryLedger& ledger) : MemorySpace(ledger) {}
+  ~HostSpace() override;
+  void* allocate(Tag tag, int64_t bytes) override;
+  void release(void* pointer, Tag tag, int64_t bytes) noexcept override;
+  void reset_os_peak() override;
+  std::optional<int64_t> os_peak_bytes() const override;
   int64_t cached_bytes() const;  // freed but not yet returned to the system [bytes]
 
  private:
-  MemoryLedger* ledger_;
   std::multimap<int64_t, void*> cache_;  // rounded size [bytes] -> free block
+  std::optional<int64_t> resident_before_;  // VmRSS when the watch started, if VmHWM could be reset
 };
 
-// An owning, tagged, move-only host array of T.
+// An owning, tagged, move-only array of `count` T in a memory space (host or device).
 template <class T>
-class HostBuffer {
+class Buffer {
  public:
-  HostBuffer() = default;
-  HostBuffer(HostAllocator& allocator, Tag tag, int64_t count)
-      : allocator_(&allocator), tag_(tag), count_(count),
-        data_(static_cast<T*>(allocator.allocate(tag, count * int64_t(sizeof(T))))) {}
-  HostBuffer(HostBuffer&& other) noexcept { swap(other); }
-  HostBuffer& operator=(HostBuffer&& other) noexcept {
-    HostBuffer(std::move(other)).swap(*this);
+  Buffer() = default;
+  Buffer(MemorySpace& space, Tag tag, int64_t count)
+      : space_(&space), tag_(tag), count_(count),
+        data_(static_cast<T*>(space.allocate(tag, count * int64_t(sizeof(T))))) {}
+  Buffer(Buffer&& other) noexcept { swap(other); }
+  Buffer& operator=(Buffer&& other) noexcept {
+    Buffer(std::move(other)).swap(*this);
     return *this;
   }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  ~HostBuffer() { reset(); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { reset(); }
 
   void reset() noexcept {
-    if (data_) allocator_->release(data_, tag_, count_ * int64_t(sizeof(T)));
+    if (data_) space_->release(data_, tag_, count_ * int64_t(sizeof(T)));
     data_ = nullptr;
     count_ = 0;
   }
   T* data() const { return data_; }
+  template <class U>
+  U* as() const { return reinterpret_cast<U*>(data_); }  // the same bytes seen as U (raw buffers)
   int64_t size() const { return count_; }
+  int64_t bytes() const { return count_ * int64_t(sizeof(T)); }
   bool empty() const { return data_ == nullptr; }
   Tag tag() const { return tag_; }
 
  private:
-  void swap(HostBuffer& other) noexcept {
-    std::swap(allocator_, other.allocator_);
+  void swap(Buffer& other) noexcept {
+    std::swap(space_, other.space_);
     std::swap(tag_, other.tag_);
     std::swap(count_, other.count_);
     std::swap(data_, other.data_);
   }
-  HostAllocator* allocator_ = nullptr;
+  MemorySpace* space_ = nullptr;
   Tag tag_ = Tag::workspace;
   int64_t count_ = 0;
   T* data_ = nullptr;
 };
+
+// Bytes in a device's storage format, untyped (a tensor whose element type is the problem's dtype).
+using RawBuffer = Buffer<std::byte>;
 
 }  // namespace flashbench

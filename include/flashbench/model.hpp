@@ -1,29 +1,28 @@
 #pragma once
-// The analytic memory model: what a backend's implementation allocates for one problem and
-// variant, per tag, in closed form from the problem, the variant (its kept_per_layer statement)
-// and the tiling. It runs no kernel and costs O(L), so it answers instantly even for N = 1M.
-//
-// CPU schedule it reproduces (src/cpu, include/flashbench/cpu/attention.hpp), with X the bytes of
-// one [B,H,N,d] tensor in the storage dtype and G the bytes of one fp32 [B,H,N,d] gradient:
-//   setup     X0 and dO (tag input), alive throughout.
+// The analytic memory model: what an implementation allocates for one problem, per tag, in closed
+// form from the problem, the variant's statement of what it keeps (variant.hpp), the
+// implementation's per-layer costs and the device's parameters. It runs no kernel and costs O(L),
+// so it answers instantly even for N = 1M. Every device runs the same layer-stack schedule
+// (harness/stack.hpp), which this model reproduces; with X the bytes of one [B,H,N,d] tensor in the
+// storage dtype and G those of one gradient dX_i in the device's gradient dtype:
+//   setup     R input sets of X0 and dO (tag input) and the device's persistent workspace,
+//             alive throughout.
 //   forward   per layer i: its output X_{i+1} (tag kept for v2, whose kept O it is; activation
 //             otherwise), the rest of kept_per_layer (tag kept), then the forward workspace, freed
-//             when the kernel returns.
-//   backward  non-v2 variants free X_L at once. Per layer i = L-1..0: dQ, dK, dV (3G, grad), the
-//             backward workspace, freed; then the layer's kept tensors and its input X_i (i ≥ 1;
-//             v2 frees its output X_{i+1} instead); dX_i = dQ+dK+dV stays (G), the incoming dX_{i+1}
-//             (never dO) is freed.
-// With 16-bit storage each layer call's workspace also holds fp32 staging of its inputs, and standard
-// and v1 compute one head's N×N at a time (cpu::workspace16_elements, storage16.hpp).
+//             when the layer returns.
+//   backward  non-v2 variants free X_L at once. Per layer i = L-1..0: dX_i (G, grad), then inside the
+//             layer its extra gradient buffers (grad; the CPU's dK, dV) and its backward workspace,
+//             freed; then the layer's kept tensors and its input X_i (i ≥ 1; v2 frees its output
+//             X_{i+1} instead); the incoming dX_{i+1} (never dO) is freed.
 // Everything only grows during forward, so its peak is at the last layer's workspace; in backward
 // each layer's workspace allocation is a candidate. The model evaluates every candidate moment and,
 // as the ledger does, keeps the first one that reaches the maximum.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "flashbench/cpu/attention.hpp"
 #include "flashbench/memory.hpp"
 #include "flashbench/problem.hpp"
 #include "flashbench/result.hpp"
@@ -31,35 +30,48 @@
 
 namespace flashbench {
 
-// Which implementation the model describes. Only the CPU schedule is modelled so far.
-enum class BackendKind { cpu };
+// What the device contributes to the model. [bytes, counts]
+struct ModelParams {
+  int threads = 1;                          // workers whose per-thread workspace an implementation sizes
+  int64_t input_sets = 1;                   // (X0, dO) pairs the timing loop rotates through
+  int64_t persistent_workspace_bytes = 0;   // held by the device for the whole run (cuBLAS's)
+  int gradient_element_bytes = 4;           // dX_i's element size on this device
+};
 
-// Bytes one layer allocates, in this implementation. [bytes]
+// What one implementation allocates per layer beyond what its variant keeps. [bytes]
+struct LayerCosts {
+  int64_t forward_workspace_bytes = 0;   // the most one forward layer call holds at once
+  int64_t backward_workspace_bytes = 0;  // the most one backward layer call holds at once
+  int64_t backward_extra_grad_bytes = 0; // gradient buffers beside dX_i inside backward (CPU: dK, dV)
+};
+
+// Bytes one layer allocates. [bytes]
 struct LayerMemory {
   int64_t output_bytes = 0;              // X_{i+1} [B,H,N,d] in the storage dtype
   int64_t kept_bytes = 0;                // everything kept_per_layer lists (v2: O included)
   int64_t held_bytes = 0;                // alive from this layer's forward to its backward:
                                          // output + kept, O counted once
-  int64_t forward_workspace_bytes = 0;   // one block per forward kernel call (fp32)
-  int64_t backward_workspace_bytes = 0;  // one block per backward kernel call (fp32)
-  int64_t grad_bytes = 0;                // dQ + dK + dV [B,H,N,d] fp32
+  int64_t forward_workspace_bytes = 0;
+  int64_t backward_workspace_bytes = 0;
+  int64_t grad_bytes = 0;                // dX_i and the extra gradient buffers of its backward
 };
 
-// Bytes of the tensors alive for the whole run: X0 and dO, storage dtype. [bytes]
+// Bytes of one input set: X0 and dO, storage dtype. [bytes]
 int64_t input_bytes(const Problem& problem);
 
-// The storage dtype's element size for inputs, activations and kept N×N / [B,H,N,d] tensors,
-// and the fixed fp32 size of gradients and workspace. [bytes]
-int storage_element_bytes(const Problem& problem);
-inline constexpr int kGradElementBytes = 4;
-inline constexpr int kWorkspaceElementBytes = 4;
-
-LayerMemory layer_memory(BackendKind kind, const Problem& problem, Variant variant,
-                         const cpu::Tiling& tiling, int threads);
+LayerMemory layer_memory(const Problem& problem, Variant variant, const LayerCosts& costs, const ModelParams& params);
 
 // Peak, its phase and tag split, and kept bytes, for the whole stack of problem.layers layers.
-ModelledMemory model_memory(BackendKind kind, const Problem& problem, Variant variant,
-                            const cpu::Tiling& tiling, int threads);
+ModelledMemory model_memory(const Problem& problem, Variant variant, const LayerCosts& costs,
+                            const ModelParams& params);
+
+// An implementation's model on one device, as a function of the problem: what `fit` searches and
+// the presets' "flashbench" column evaluate.
+struct ModelSource {
+  std::function<LayerMemory(const Problem&, Variant)> layer;
+  std::function<ModelledMemory(const Problem&, Variant)> stack;
+  int threads = 1;  // the workers its workspace is sized for, for the words beside the numbers
+};
 
 // Pre-flight check: nullopt when `model_peak_bytes` fits in `limit_bytes`, otherwise the reason
 // for a skipped row, e.g. "needs 66.0 GiB, 21.3 GiB available".
@@ -80,8 +92,8 @@ struct FitResult {
 
 // Binary search over the axis (the modelled peak grows with N and with B); `problem` supplies
 // every other axis. O(L·log N).
-FitResult fit_in_budget(BackendKind kind, const Problem& problem, Variant variant, FitAxis axis,
-                        int64_t budget_bytes, const cpu::Tiling& tiling, int threads);
+FitResult fit_in_budget(const ModelSource& model, const Problem& problem, Variant variant, FitAxis axis,
+                        int64_t budget_bytes);
 
 // ---- presets: the seed documents' memory figures, as published and recomputed ----
 
@@ -116,7 +128,7 @@ struct Preset {
 };
 
 std::vector<std::string> preset_names();
-// Throws UsageError on an unknown name. `threads` sizes the CPU workspace in the flashbench column.
-Preset make_preset(const std::string& name, const cpu::Tiling& tiling, int threads);
+// Throws UsageError on an unknown name. The flashbench column is `model`'s (the CPU's, as `model` runs).
+Preset make_preset(const std::string& name, const ModelSource& model);
 
 }  // namespace flashbench

@@ -13,23 +13,16 @@
 
 #include "flashbench/peak.hpp"
 #include "flashbench/result.hpp"
+#include "flashbench/units.hpp"
 
 namespace flashbench {
 
 inline constexpr int kSchemaVersion = 1;
 
 // The run's metadata: tool, version, git revision, build {type, compiler, flags, cuda},
-// host {cpu, cores, omp_threads, hostname}, time (ISO-8601 UTC), argv, and "gpu" when a GPU
-// metadata hook is installed (see below).
+// host {cpu, cores, omp_threads, hostname}, time (ISO-8601 UTC), argv. The device a run uses adds
+// its own block (Device::describe: "gpu" for CUDA).
 nlohmann::ordered_json make_meta(const std::vector<std::string>& argv);
-
-// GPU and driver metadata. The core library cannot call CUDA, so the CUDA backend installs a hook
-// (once, e.g. when make_cuda_backend() succeeds) that fills meta["gpu"] with name, driver, runtime,
-// memory, ... . Without a hook add_gpu_meta() leaves `meta` unchanged, so a CPU-only run has no
-// "gpu" key at all. make_meta() calls add_gpu_meta(); call it again after installing a hook late.
-using GpuMetaHook = std::function<void(nlohmann::ordered_json& meta)>;
-void set_gpu_meta_hook(GpuMetaHook hook);
-void add_gpu_meta(nlohmann::ordered_json& meta);
 
 // One row in the JSON contract: times [ms], memory [bytes], throughput [TFLOP/s]; a value that was
 // not measured (an oom row's times) is null. Extra keys beyond the contract:
@@ -78,11 +71,5 @@ inline constexpr std::string_view kReportFormats = "table, json, jsonl, csv, md"
 // Writes `contents` to a temporary file next to `path`, then renames it over `path`, so a reader
 // never sees half a file. Throws RuntimeFailure and leaves nothing behind on error.
 void write_file_atomically(const std::string& path, const std::string& contents);
-
-// Human units used by the table and markdown reporters.
-// Three significant digits: "0.0512 ms", "8.12 ms", "812 ms", "1.25 s".
-std::string format_duration_ms(double ms);
-std::string format_bytes(int64_t bytes);       // binary units: "512 B", "64.0 KiB", "1.50 GiB"
-std::string format_throughput(double tflops);  // "850 GFLOP/s", "1.23 TFLOP/s"
 
 }  // namespace flashbench

@@ -1,7 +1,8 @@
 #pragma once
-// One benchmark row: a backend running a variant on a problem, what it measured and how it went.
-// Reporters (table, json, ...) read rows; backends fill them.
+// One benchmark row: an implementation of a variant running on a device on a problem, what it
+// measured and how it went. Reporters (table, json, ...) read rows; the harness fills them.
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,19 +33,26 @@ struct ModelledMemory {
 };
 
 // max |x − ref| / max |ref|: the error relative to the scale of the reference tensor; NaN counts as
-// infinitely wrong. What every backend's `check` reports.
-double max_relative_error(const std::vector<float>& x, const std::vector<float>& ref);
+// infinitely wrong. What every row's `check` reports.
+double max_relative_error(std::span<const float> x, std::span<const float> ref);
+double max_relative_error(std::span<const float> x, std::span<const double> ref);
 
+// A comparison that took place: the implementation's outputs (X_L and dX_0) against a reference.
 struct Check {
-  std::string reference;   // what the outputs were compared with, e.g. "standard"
+  std::string reference;   // what they were compared with, e.g. "float64"
   double max_rel_err = 0;  // max over outputs of max|x - ref| / max|ref|
   double tolerance = 0;
+  // The error of the same computation done naively in the storage precision, against the same
+  // reference: the bar the tolerance is a multiple of. Empty in files written before it existed.
+  std::optional<double> naive_rel_err;
   bool passed() const { return max_rel_err <= tolerance; }
 };
 
 struct Row {
-  std::string backend = "cpu";
+  std::string backend = "cpu";           // the device
   Variant variant = Variant::standard;
+  std::string impl;                      // the implementation ("v2", "v2.split"); empty = the variant's name
+  std::string implementation() const;   // impl, or the variant's name when impl is empty
   Problem problem;
   Status status = Status::ok;
   std::string reason;  // why, when status is not ok
@@ -52,6 +60,7 @@ struct Row {
   MeasuredMemory measured;
   std::optional<ModelledMemory> model;
   std::optional<Check> check;
+  std::string not_checked;              // why nothing was compared, when check is empty and a check was asked for
   int threads = 0;                      // CPU threads used
   int64_t row_block = 0, col_block = 0; // kernel tile [rows of Q, rows of K/V]; 0 when not tiled
   int64_t diagonal_block = 0;           // v2's causal diagonal chunk [columns]; 0 when not tiled

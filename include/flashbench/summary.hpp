@@ -29,10 +29,11 @@ struct LineFit {
 // Needs two distinct x values at least; throws std::invalid_argument otherwise.
 LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y);
 
-// One variant on one backend, all axes but N fixed: how it scales with N.
+// One implementation on one backend, all axes but N fixed: how it scales with N.
 struct ScalingSeries {
   std::string backend;
   Variant variant = Variant::standard;
+  std::string impl;                  // the implementation: one series each
   Problem shape;                     // the first row's problem; its seq is meaningless here
   // True where B changes with N (a sweep at fixed tokens B·N); then shape.batch is the first row's.
   bool batch_follows_seq = false;

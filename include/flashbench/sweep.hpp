@@ -26,6 +26,7 @@ std::vector<bool> parse_bool_list(std::string_view text, std::string_view flag);
 
 // "all" or a comma list of variant names, in the order given.
 std::vector<Variant> parse_variant_list(std::string_view text, std::string_view flag);
+std::vector<std::string> variant_names(const std::vector<Variant>& variants);
 
 struct SweepSpec {
   std::string description;
@@ -37,6 +38,7 @@ struct SweepSpec {
   std::vector<bool> causal = {false};
   std::vector<Dtype> dtype = {Dtype::fp32};
   std::vector<Variant> variants = {kAllVariants.begin(), kAllVariants.end()};
+  std::vector<std::string> implementations;  // by name; when given, they replace `variants`
   std::string backend = "cpu";
   SamplingPolicy sampling;
   int threads = 0;  // 0 = OpenMP's default
@@ -49,7 +51,8 @@ std::vector<Problem> expand(const SweepSpec& spec);
 
 // A JSON object with optional keys: description, batch, heads, seq, head_dim, layers (an integer,
 // a list of integers, or a list/range string as parse_int_list takes), causal (bool or list of
-// bools), dtype (name or list), variants ("all" or list), backend, threads, and sampling {warmup,
+// bools), dtype (name or list), variants ("all" or list), impls (list of implementation names),
+// backend, threads, and sampling {warmup,
 // warmup_ms, min_samples, max_samples, max_noise, max_time_s}. Unknown keys are usage errors.
 SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name);
 SweepSpec load_sweep_file(const std::string& path);  // throws UsageError when unreadable or invalid
@@ -61,6 +64,7 @@ struct SweepOverrides {
   std::optional<std::string> causal;                               // parse_bool_list syntax
   std::optional<std::string> dtype;                                // comma list of names
   std::optional<std::string> variants;                             // "all" or comma list
+  std::optional<std::string> implementations;                      // comma list of names
   std::optional<std::string> backend;
   std::optional<int> threads;
   std::optional<int> warmup, min_samples, max_samples;

@@ -1,7 +1,8 @@
 #pragma once
-// Byte sizes as people write them ("16GiB", "800MB", "1.5G"). The tool prints sizes with
-// format_bytes (report.hpp), one formatter for every table and message.
+// Byte sizes as people write them ("16GiB", "800MB", "1.5G"), and the human units every table
+// and message prints with (one formatter each).
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace flashbench {
@@ -12,5 +13,10 @@ namespace flashbench {
 //   K M G T alone mean powers of 1024, as in `free -h` and `ulimit`.
 // Throws UsageError on anything else, on a negative size and on a size that overflows int64.
 int64_t parse_bytes(std::string_view text);
+
+// Three significant digits: "0.0512 ms", "8.12 ms", "812 ms", "1.25 s".
+std::string format_duration_ms(double ms);
+std::string format_bytes(int64_t bytes);       // binary units: "512 B", "64.0 KiB", "1.50 GiB"
+std::string format_throughput(double tflops);  // "850 GFLOP/s", "1.23 TFLOP/s"
 
 }  // namespace flashbench

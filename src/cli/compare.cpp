@@ -29,7 +29,7 @@ int run_compare(const CompareFlags& flags) {
   if (flags.baseline) {
     if (flags.files.size() != 1) throw UsageError("compare --baseline VARIANT takes one results file");
     const ResultsFile file = read_results_file(flags.files[0]);
-    comparison = compare_to_baseline(file.rows, parse_variant(*flags.baseline), flags.options);
+    comparison = compare_to_baseline(file.rows, *flags.baseline, flags.options);
     comparison.b_name = flags.files[0];
   } else {
     if (flags.files.size() != 2) throw UsageError("compare takes two results files (or --baseline VARIANT and one)");

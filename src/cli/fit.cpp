@@ -1,5 +1,5 @@
 // flashbench fit: for each variant, the largest N (or B) whose modelled peak fits a memory budget,
-// optionally confirmed by running that point on the CPU.
+// optionally confirmed by running that point on the backend.
 #include <omp.h>
 
 #include <chrono>
@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "flashbench/backend.hpp"
+#include "flashbench/harness/registry.hpp"
+#include "flashbench/harness/runner.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/model.hpp"
-#include "flashbench/os_memory.hpp"
 #include "flashbench/report.hpp"
 #include "flashbench/sweep.hpp"
 #include "flashbench/units.hpp"
@@ -32,6 +32,7 @@ struct FitOptions {
   std::string variants = "all";
   std::string dtype = "fp32";
   int threads = 0;
+  std::string backend = "cpu";
   bool verify = false;
   std::string format = "table";
 };
@@ -43,10 +44,7 @@ struct Verification {
   std::optional<int64_t> measured_peak_bytes;
 };
 
-Verification verify_point(const Problem& problem, Variant variant, int64_t model_peak_bytes, int threads) {
-  const std::optional<int64_t> available = available_memory_bytes();
-  if (available)
-    if (auto reason = does_not_fit(model_peak_bytes, *available)) return {"skipped", *reason, std::nullopt};
+Verification verify_point(const DeviceEntry& entry, const Problem& problem, Variant variant, int threads) {
   // A point at the edge of a large budget can take hours on a CPU: say what is being run, and how
   // much, before it starts (stderr, so a JSON report on stdout stays clean).
   fmt::print(stderr, "fit --verify: {} at {}: {:.2g} FLOP forward and backward, {} threads ...\n", to_string(variant),
@@ -54,12 +52,15 @@ Verification verify_point(const Problem& problem, Variant variant, int64_t model
   const auto start = std::chrono::steady_clock::now();
   RunOptions options;
   options.sampling.warmup = 0;
+  options.sampling.warmup_ms = 0;
   options.sampling.min_samples = 1;
   options.sampling.max_samples = 1;
-  options.threads = threads;
   options.check = false;
-  const Variant variants[] = {variant};
-  const std::vector<Row> rows = make_cpu_backend()->run(problem, variants, options);
+  // The runner's pre-flight skips the point when it does not fit the memory available now.
+  std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = threads});
+  std::vector<std::unique_ptr<Implementation>> chosen = select_implementations(entry, {std::string(to_string(variant))});
+  Implementation* implementations[] = {chosen.front().get()};
+  const std::vector<Row> rows = Runner(*device, options).run(problem, implementations);
   const Row& row = rows.front();
   Verification verification{std::string(to_string(row.status)), row.reason, std::nullopt};
   if (row.status == Status::ok) verification.measured_peak_bytes = row.measured.peak_bytes;
@@ -82,13 +83,14 @@ int run_fit(const FitOptions& options) {
   Problem problem = options.problem;
   problem.dtype = parse_dtype(options.dtype);
   validate(problem);
-  const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
-  const cpu::Tiling tiling;
+  const DeviceEntry& entry = registry().device(options.backend);
+  const ModelSource model = model_source(entry, DeviceOptions{.threads = options.threads});
+  const int threads = model.threads;
 
   const auto start = std::chrono::steady_clock::now();
   std::vector<FitResult> results;
   for (Variant variant : parse_variant_list(options.variants, "--variant"))
-    results.push_back(fit_in_budget(BackendKind::cpu, problem, variant, axis, budget, tiling, threads));
+    results.push_back(fit_in_budget(model, problem, variant, axis, budget));
   const double search_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
@@ -102,7 +104,7 @@ int run_fit(const FitOptions& options) {
       if (results[i].max_value > 0) {
         Problem point = problem;
         (axis == FitAxis::seq ? point.seq : point.batch) = results[i].max_value;
-        verifications[i] = verify_point(point, results[i].variant, results[i].model_peak_bytes, threads);
+        verifications[i] = verify_point(entry, point, results[i].variant, threads);
       }
 
   const std::string axis_key = axis == FitAxis::seq ? "max_seq" : "max_batch";
@@ -131,7 +133,7 @@ int run_fit(const FitOptions& options) {
     (axis == FitAxis::seq ? shown.seq : shown.batch) = 0;
     ordered_json document{{"schema_version", kSchemaVersion},
                           {"command", "fit"},
-                          {"backend", "cpu"},
+                          {"backend", entry.name},
                           {"search", options.search},
                           {"problem", {{"batch", shown.batch}, {"heads", shown.heads}, {"seq", shown.seq},
                                        {"head_dim", shown.head_dim}, {"layers", shown.layers},
@@ -145,8 +147,8 @@ int run_fit(const FitOptions& options) {
   const std::string fixed = axis == FitAxis::seq
                                 ? fmt::format("B={} H={} d={} L={}", problem.batch, problem.heads, problem.head_dim, problem.layers)
                                 : fmt::format("H={} N={} d={} L={}", problem.heads, problem.seq, problem.head_dim, problem.layers);
-  std::cout << fmt::format("largest {} within {} ({} bytes), cpu model: {}{} {}, {} threads ({:.1f} ms)\n\n",
-                           axis == FitAxis::seq ? "N" : "B", format_bytes(budget), budget, fixed,
+  std::cout << fmt::format("largest {} within {} ({} bytes), {} model: {}{} {}, {} threads ({:.1f} ms)\n\n",
+                           axis == FitAxis::seq ? "N" : "B", format_bytes(budget), budget, entry.name, fixed,
                            problem.causal ? " causal" : "", to_string(problem.dtype), threads, search_ms);
   std::vector<std::string> header = {"variant", axis == FitAxis::seq ? "max N" : "max B", "model peak",
                                      "vs standard"};
@@ -198,8 +200,10 @@ void register_fit(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--dtype", options->dtype, "Storage dtype: fp32, bf16, fp16")->capture_default_str();
   sub->add_option("--threads", options->threads, "CPU threads the workspace is sized for (default: all cores)");
+  sub->add_option("--backend,--device", options->backend, "Whose model: cpu or cuda (no GPU needed)")
+      ->capture_default_str();
   sub->add_flag("--verify", options->verify,
-                "Run each variant's largest fitting point on the CPU (one sample) and show its measured peak");
+                "Run each variant's largest fitting point on the backend (one sample) and show its measured peak");
   sub->add_option("--format", options->format, "table or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "json"}));

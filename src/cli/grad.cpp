@@ -8,7 +8,8 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
-#include "flashbench/cpu/attention.hpp"
+#include "flashbench/cpu/kept.hpp"
+#include "flashbench/harness/stack.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/npy.hpp"
 #include "flashbench/report.hpp"
@@ -50,15 +51,17 @@ int run_grad(const GradOptions& options) {
   validate(problem);
   if (options.threads > 0) omp_set_num_threads(options.threads);
 
+  // Separate Q, K and V: the CPU kernels themselves, not the self-attention layer stack.
   MemoryLedger ledger;
-  HostAllocator allocator(ledger);
+  HostSpace space(ledger);
   const cpu::LayerShape shape = cpu::LayerShape::of(problem);
   const size_t count = Q.data.size();
   std::vector<float> O(count), dQ(count), dK(count), dV(count);
-  cpu::KeptState kept;
-  cpu::forward(variant, shape, cpu::Tiling{}, Q.data.data(), K.data.data(), V.data.data(), O.data(), kept, allocator);
+  const KeptTensors kept = allocate_kept(variant, problem, space);
+  const cpu::KeptView view = cpu::kept_view(variant, problem, kept);
+  cpu::forward(variant, shape, cpu::Tiling{}, Q.data.data(), K.data.data(), V.data.data(), O.data(), view, space);
   cpu::backward(variant, shape, cpu::Tiling{}, Q.data.data(), K.data.data(), V.data.data(), O.data(),
-                dO.data.data(), kept, dQ.data(), dK.data(), dV.data(), allocator);
+                dO.data.data(), view, dQ.data(), dK.data(), dV.data(), space);
 
   std::error_code error;
   std::filesystem::create_directories(options.out, error);

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
-#include "flashbench/backend.hpp"
+#include "flashbench/harness/registry.hpp"
 #include "flashbench/config.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/peak.hpp"
@@ -47,16 +47,26 @@ struct InfoOptions {
 };
 
 int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
-  // Starting the CUDA backend installs the hook that puts the GPU and driver into the metadata.
-  std::string no_gpu = "CUDA not built in";
-  if (build::kCuda) {
-    try {
-      make_cuda_backend();
-    } catch (const UsageError& e) {
-      no_gpu = e.what();
-    }
-  }
   nlohmann::ordered_json info = make_meta(argv);
+  // Every device of this build, opened where it is present (it adds its block, e.g. "gpu"), with
+  // its implementations.
+  std::string no_gpu;
+  for (const DeviceEntry& entry : registry().devices()) {
+    nlohmann::ordered_json device{{"name", entry.name}, {"summary", entry.summary}};
+    try {
+      entry.open(DeviceOptions{})->describe(info);
+      device["available"] = true;
+    } catch (const UsageError& e) {
+      device["available"] = false;
+      device["why"] = e.what();
+      if (entry.name == "cuda") no_gpu = e.what();
+    }
+    for (const auto& implementation : entry.implementations())
+      device["implementations"].push_back({{"name", implementation->name()},
+                                           {"variant", to_string(implementation->variant())},
+                                           {"summary", implementation->summary()}});
+    info["devices"].push_back(device);
+  }
   info["host"]["simd_cpu"] = cpu_simd();
   info["build"]["simd"] = compiled_simd();
   if (options.threads < 0) throw UsageError(fmt::format("--threads must be at least 1 (got {})", options.threads));
@@ -85,6 +95,13 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
   } else {
     fmt::print("GPU          none: {}\n", no_gpu);
   }
+  for (const auto& device : info["devices"]) {
+    fmt::print("backend      {}: {}{}\n", device["name"].get<std::string>(), device["summary"].get<std::string>(),
+               device["available"].get<bool>() ? "" : " (not available here)");
+    for (const auto& implementation : device.value("implementations", nlohmann::ordered_json::array()))
+      fmt::print("  --impl {:<12} {}\n", implementation["name"].get<std::string>(),
+                 implementation["summary"].get<std::string>());
+  }
   if (info.contains("peak")) {
     const auto& peak = info["peak"];
     fmt::print("FMA peak     {:.0f} GFLOP/s fp32 ({} threads, {}; fastest repetition {:.0f})\n",
@@ -112,7 +129,7 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
 
 void register_info(CLI::App& app) {
   auto options = std::make_shared<InfoOptions>();
-  CLI::App* sub = app.add_subcommand("info", "Version, build, CPU, threads, SIMD level and CUDA support");
+  CLI::App* sub = app.add_subcommand("info", "Version, build, CPU, threads, SIMD level, CUDA support, backends and their implementations");
   sub->add_option("--format", options->format, "table or json")->capture_default_str();
   sub->add_flag("--peak", options->peak, "Measure this machine's fp32 FMA and sgemm peak [GFLOP/s]");
   sub->add_option("--threads", options->threads, "Threads for --peak (default: all)");

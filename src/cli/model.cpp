@@ -12,6 +12,7 @@
 
 #include "cli/commands.hpp"
 #include "flashbench/errors.hpp"
+#include "flashbench/harness/registry.hpp"
 #include "flashbench/model.hpp"
 #include "flashbench/report.hpp"
 #include "flashbench/sweep.hpp"
@@ -27,12 +28,11 @@ struct ModelOptions {
   std::string variants = "all";
   std::string dtype = "fp32";
   int threads = 0;
-  cpu::Tiling tiling;
+  std::string backend = "cpu";
   std::string preset;
   std::string format = "table";
 };
 
-int resolve_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
 
 ordered_json problem_json(const Problem& p) {
   return ordered_json{{"batch", p.batch},     {"heads", p.heads},   {"seq", p.seq},
@@ -71,28 +71,39 @@ struct VariantModel {
   Variant variant;
   LayerMemory layer;
   ModelledMemory stack;
+  Row described;  // what a row of this implementation records of it and its device (tiles, threads)
 };
 
 int print_model(const ModelOptions& options) {
   Problem problem = options.problem;
   problem.dtype = parse_dtype(options.dtype);
   validate(problem);
-  const int threads = resolve_threads(options.threads);
+  const DeviceEntry& device = registry().device(options.backend);
+  const ModelParams params = device.offline_params(problem, DeviceOptions{.threads = options.threads});
+  const int threads = params.threads;
   std::vector<VariantModel> models;
-  for (Variant variant : parse_variant_list(options.variants, "--variant"))
-    models.push_back({variant, layer_memory(BackendKind::cpu, problem, variant, options.tiling, threads),
-                      model_memory(BackendKind::cpu, problem, variant, options.tiling, threads)});
+  for (const auto& implementation :
+       select_implementations(device, variant_names(parse_variant_list(options.variants, "--variant")))) {
+    const Variant variant = implementation->variant();
+    const LayerCosts costs = implementation->costs(problem, params);
+    VariantModel m{variant, layer_memory(problem, variant, costs, params), model_memory(problem, variant, costs, params), {}};
+    implementation->annotate(m.described);
+    models.push_back(m);
+  }
 
   if (options.format == "json") {
     ordered_json rows = ordered_json::array();
     for (const VariantModel& m : models) {
       ordered_json row;
-      row["backend"] = "cpu";
+      row["backend"] = device.name;
       row["variant"] = std::string(to_string(m.variant));
       row["problem"] = problem_json(problem);
       row["threads"] = threads;
-      row["tiling"] = {{"row_block", options.tiling.row_block}, {"col_block", options.tiling.col_block}};
-      if (m.variant == Variant::v2) row["tiling"]["diagonal_block"] = options.tiling.diagonal_block;
+      if (m.described.row_block > 0) {
+        row["tiling"] = {{"row_block", m.described.row_block}, {"col_block", m.described.col_block}};
+        if (m.described.diagonal_block > 0) row["tiling"]["diagonal_block"] = m.described.diagonal_block;
+      }
+      row["input_sets"] = params.input_sets;
       row["per_layer"] = {{"output_bytes", m.layer.output_bytes},
                           {"kept_bytes", m.layer.kept_bytes},
                           {"held_bytes", m.layer.held_bytes},
@@ -110,11 +121,16 @@ int print_model(const ModelOptions& options) {
     return 0;
   }
 
-  std::cout << fmt::format(
-      "memory model, cpu: {}, {} threads, tiles {}x{} (Br x Bc; v2's causal diagonal in {}-column chunks); "
-      "input {} (X0, dO)\n\n",
-      problem.describe(), threads, options.tiling.row_block, options.tiling.col_block, options.tiling.diagonal_block,
-      format_bytes(input_bytes(problem)));
+  const Row& tiles = models.front().described;
+  std::cout << fmt::format("memory model, {}: {}, {} threads{}; input {} (X0, dO{}){}\n\n", device.name,
+                           problem.describe(), threads,
+                           tiles.row_block > 0 ? fmt::format(", tiles {}x{} (Br x Bc)", tiles.row_block, tiles.col_block)
+                                               : "",
+                           format_bytes(params.input_sets * input_bytes(problem)),
+                           params.input_sets > 1 ? fmt::format(", {} sets rotated", params.input_sets) : "",
+                           params.persistent_workspace_bytes > 0
+                               ? fmt::format("; library workspace {}", format_bytes(params.persistent_workspace_bytes))
+                               : "");
   std::vector<std::vector<std::string>> lines;
   std::vector<std::string> header = {"per layer"};
   for (const VariantModel& m : models) header.emplace_back(to_string(m.variant));
@@ -129,7 +145,7 @@ int print_model(const ModelOptions& options) {
   add("  held until its backward", [](const VariantModel& m) { return format_bytes(m.layer.held_bytes); });
   add("  forward workspace", [](const VariantModel& m) { return format_bytes(m.layer.forward_workspace_bytes); });
   add("  backward workspace", [](const VariantModel& m) { return format_bytes(m.layer.backward_workspace_bytes); });
-  add("  dQ + dK + dV", [](const VariantModel& m) { return format_bytes(m.layer.grad_bytes); });
+  add("  gradients in backward", [](const VariantModel& m) { return format_bytes(m.layer.grad_bytes); });
   lines.push_back({fmt::format("stack of {} layer{}", problem.layers, problem.layers == 1 ? "" : "s")});
   add("  peak", [](const VariantModel& m) { return format_bytes(m.stack.peak_bytes); });
   add("  peak phase", [](const VariantModel& m) { return std::string(to_string(m.stack.peak_phase)); });
@@ -177,7 +193,8 @@ ordered_json optional_json(const std::optional<double>& value) {
 }
 
 int print_preset(const ModelOptions& options) {
-  const Preset preset = make_preset(options.preset, options.tiling, resolve_threads(options.threads));
+  const ModelSource model = model_source(registry().device(options.backend), DeviceOptions{.threads = options.threads});
+  const Preset preset = make_preset(options.preset, model);
   if (options.format == "json") {
     ordered_json rows = ordered_json::array();
     for (const PresetRow& row : preset.rows)
@@ -195,7 +212,7 @@ int print_preset(const ModelOptions& options) {
     ordered_json document{{"schema_version", kSchemaVersion}, {"command", "model"},
                           {"preset", preset.name},          {"source", preset.source},
                           {"assumptions", preset.assumptions}, {"problem", problem_json(preset.problem)},
-                          {"threads", resolve_threads(options.threads)}, {"rows", rows}};
+                          {"threads", model.threads}, {"rows", rows}};
     std::cout << document.dump(2) << '\n';
     return 0;
   }
@@ -244,15 +261,13 @@ void register_model(CLI::App& app) {
   sub->add_option("--dtype", options->dtype, "Storage dtype of inputs, activations and kept tensors: fp32, bf16, fp16")
       ->capture_default_str();
   sub->add_option("--threads", options->threads, "CPU threads the workspace is sized for (default: all cores)");
-  sub->add_option("--row-block", options->tiling.row_block, "Br, rows of Q per tile")->capture_default_str();
-  sub->add_option("--col-block", options->tiling.col_block, "Bc, rows of K/V per tile")->capture_default_str();
+  sub->add_option("--backend,--device", options->backend,
+                  "Whose implementations to model: cpu or cuda (no GPU needed)")->capture_default_str();
   sub->add_option("--preset", options->preset, "A seed document's figures: seed-002, seed-000 or seed-003");
   sub->add_option("--format", options->format, "table or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "json"}));
   set_action(sub, [options](const std::vector<std::string>&) {
-    if (options->tiling.row_block < 1 || options->tiling.col_block < 1)
-      throw UsageError("--row-block and --col-block must be at least 1");
     return options->preset.empty() ? print_model(*options) : print_preset(*options);
   });
 }

@@ -1,21 +1,20 @@
-// flashbench run: one configuration or a sweep; every variant timed (forward and backward apart),
-// its memory measured per tag beside the analytic model, its outputs checked against `standard`.
+// flashbench run: one configuration or a sweep; every implementation timed (forward and backward
+// apart) by the harness's runner, its memory measured per tag beside the analytic model, its outputs
+// checked against the float64 reference.
 #include <omp.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
-#include "flashbench/backend.hpp"
+#include "flashbench/harness/registry.hpp"
+#include "flashbench/harness/runner.hpp"
 #include "flashbench/errors.hpp"
-#include "flashbench/model.hpp"
-#include "flashbench/os_memory.hpp"
 #include "flashbench/peak.hpp"
 #include "flashbench/report.hpp"
 #include "flashbench/sweep.hpp"
@@ -98,32 +97,26 @@ std::string format_eta(double seconds) {
 int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   const SweepSpec spec = resolve_sweep(flags.config, flags.sweep);
   const std::vector<Problem> problems = expand(spec);
-  std::unique_ptr<Backend> backend;
-  if (spec.backend == "cpu") backend = make_cpu_backend();
-  else if (spec.backend == "cuda") backend = make_cuda_backend();
-  else throw UsageError(fmt::format("unknown backend '{}' (expected cpu or cuda)", spec.backend));
+  const DeviceEntry& entry = registry().device(spec.backend);
+  // Implementations by name (--impl) or the default one of each variant (--variant), checked before
+  // the device opens so that a typo costs nothing.
+  const std::vector<std::string> names = spec.implementations.empty() ? variant_names(spec.variants) : spec.implementations;
+  std::vector<std::unique_ptr<Implementation>> implementations = select_implementations(entry, names);
+  std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = spec.threads});
 
   RunOptions options;
   options.sampling = spec.sampling;
-  options.threads = spec.threads;
   options.seed = flags.seed;
   options.check = !flags.no_check;
   options.cold = flags.cold;
-  if (options.threads > 0) omp_set_num_threads(options.threads);
+  if (flags.mem_limit) options.mem_limit_bytes = parse_bytes(*flags.mem_limit);
   const int threads = omp_get_max_threads();
-
-  // A configuration whose modelled peak does not fit is skipped, not attempted: an attempt could be
-  // killed by the system before any allocation fails. On the CPU the limit is the memory available
-  // now (or --mem-limit); the ledger enforces the same limit on every allocation.
-  std::optional<int64_t> limit;
-  if (flags.mem_limit) limit = parse_bytes(*flags.mem_limit);
-  if (!limit && spec.backend == "cpu") limit = available_memory_bytes();
-  if (limit) options.mem_limit_bytes = *limit;
 
   std::optional<double> sgemm_ceiling_gflops;
   nlohmann::ordered_json meta = make_meta(argv);
+  device->describe(meta);
   if (flags.measure_peak || flags.peak_file) {
-    if (spec.backend != "cpu") throw UsageError("--peak and --peak-file are for the CPU backend");
+    if (entry.name != "cpu") throw UsageError("--peak and --peak-file are for the CPU backend");
     const PeakReport peak = cpu_ceilings(flags, threads);
     meta["cpu_peak"] = ceilings_json(peak, flags.measure_peak ? "measured" : *flags.peak_file);
     sgemm_ceiling_gflops = sgemm_ceiling(peak);
@@ -133,6 +126,9 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   std::unique_ptr<Reporter> reporter = make_reporter(flags.format, destination.stream(), destination.terminal());
   reporter->begin(meta);
 
+  std::vector<Implementation*> chosen;
+  for (const auto& implementation : implementations) chosen.push_back(implementation.get());
+  Runner runner(*device, options);
   const bool progress = isatty(STDERR_FILENO) && problems.size() > 1;
   const auto start = std::chrono::steady_clock::now();
   bool any_failed = false;
@@ -143,36 +139,8 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
       const std::string eta = index == 0 ? "" : " ETA " + format_eta(elapsed / index * (problems.size() - index));
       fmt::print(stderr, "\r\033[K[{}/{}] {}{}", index + 1, problems.size(), problem.describe(), eta);
     }
-    std::vector<Row> rows;
-    std::vector<Variant> runnable;
-    std::map<Variant, ModelledMemory> models;  // the CPU model, for the pre-flight check and the rows
-    for (Variant variant : spec.variants) {
-      std::optional<ModelledMemory> model;
-      if (spec.backend == "cpu") {
-        model = model_memory(BackendKind::cpu, problem, variant, cpu::Tiling{}, threads);
-        models[variant] = *model;
-      }
-      if (model && limit)
-        if (auto reason = does_not_fit(model->peak_bytes, *limit)) {
-          Row skipped;
-          skipped.backend = spec.backend;
-          skipped.variant = variant;
-          skipped.problem = problem;
-          skipped.status = Status::skipped;
-          skipped.reason = *reason;
-          skipped.model = model;
-          skipped.threads = threads;
-          rows.push_back(std::move(skipped));
-          continue;
-        }
-      runnable.push_back(variant);
-    }
-    for (Row& row : backend->run(problem, runnable, options)) {
-      if (auto found = models.find(row.variant); found != models.end()) row.model = found->second;
+    for (Row& row : runner.run(problem, chosen)) {
       row.peak_gflops = sgemm_ceiling_gflops;
-      rows.push_back(std::move(row));
-    }
-    for (const Row& row : in_order_of(std::move(rows), spec.variants)) {
       any_failed |= row.status == Status::failed;
       reporter->add(row);
     }
@@ -202,7 +170,10 @@ void register_run(CLI::App& app) {
   optional_string("--layers,-l", flags->sweep.layers, "Layers L of the chained stack (default 1)");
   sub->add_flag_function("--causal", [flags](int64_t) { flags->sweep.causal = "true"; }, "Apply the causal mask");
   optional_string("--mask", flags->sweep.causal, "Causal mask per configuration: true, false or both");
-  optional_string("--variant,--variants", flags->sweep.variants, "standard, v1, v2, checkpoint: list or all (default all)");
+  optional_string("--variant,--variants", flags->sweep.variants,
+                  "standard, v1, v2, checkpoint: list or all (default all); each runs its default implementation");
+  optional_string("--impl", flags->sweep.implementations,
+                  "Implementations by name instead, e.g. v2,v2.split (`flashbench info` lists them)");
   optional_string("--dtype", flags->sweep.dtype,
                   "Storage dtype: fp32 (default), bf16, fp16; on the CPU 16-bit storage with fp32 arithmetic");
   optional_string("--backend,--device", flags->sweep.backend, "cpu or cuda (default cpu)");
@@ -222,10 +193,11 @@ void register_run(CLI::App& app) {
   sub->add_option("--format,-f", flags->format, std::string("Output format: ") + std::string(kReportFormats))
       ->capture_default_str();
   optional_string("--out,-o", flags->out, "Write the report to this file (atomically)");
-  optional_string("--mem-limit", flags->mem_limit, "Memory budget, e.g. 8GiB (default: MemAvailable on CPU)");
+  optional_string("--mem-limit", flags->mem_limit,
+                  "Memory budget, e.g. 8GiB (default: what the device has free: MemAvailable, the GPU's free memory)");
   sub->add_option("--seed", flags->seed, "Seed of the random inputs")->capture_default_str();
-  sub->add_flag("--no-check", flags->no_check, "Skip comparing outputs and gradients with standard");
-  sub->add_flag("--cold", flags->cold, "Flush caches between samples (CUDA: the L2)");
+  sub->add_flag("--no-check", flags->no_check, "Skip comparing outputs and gradients with the float64 reference");
+  sub->add_flag("--cold", flags->cold, "Flush the caches before every pass (CPU: the last-level cache; CUDA: the L2)");
   CLI::Option* peak = sub->add_flag("--peak", flags->measure_peak,
                                     "Measure this machine's fp32 FMA and sgemm ceilings first (about a second) and "
                                     "show each rate as % of the sgemm ceiling (CPU)");

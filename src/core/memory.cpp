@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "flashbench/errors.hpp"
+#include "flashbench/os_memory.hpp"
 
 namespace flashbench {
 
@@ -60,21 +61,25 @@ constexpr int64_t kAlignment = 64;
 int64_t rounded_size(int64_t bytes) { return std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment); }
 }  // namespace
 
-HostAllocator::~HostAllocator() {
+void MemorySpace::check_limit(Tag tag, int64_t bytes) const {
+  if (bytes < 0) throw RuntimeFailure(fmt::format("negative allocation of {} bytes", bytes));
+  if (ledger_->would_exceed_limit(bytes))
+    throw OutOfMemory(fmt::format("{} bytes for '{}' exceed the memory limit of {} bytes", bytes,
+                                  to_string(tag), ledger_->limit_bytes()));
+}
+
+HostSpace::~HostSpace() {
   for (auto& [size, pointer] : cache_) std::free(pointer);
 }
 
-int64_t HostAllocator::cached_bytes() const {
+int64_t HostSpace::cached_bytes() const {
   int64_t total = 0;
   for (const auto& [size, pointer] : cache_) total += size;
   return total;
 }
 
-void* HostAllocator::allocate(Tag tag, int64_t bytes) {
-  if (bytes < 0) throw RuntimeFailure(fmt::format("negative allocation of {} bytes", bytes));
-  if (ledger_->would_exceed_limit(bytes))
-    throw OutOfMemory(fmt::format("{} bytes for '{}' exceed the memory limit of {} bytes", bytes,
-                                  to_string(tag), ledger_->limit_bytes()));
+void* HostSpace::allocate(Tag tag, int64_t bytes) {
+  check_limit(tag, bytes);
   const int64_t size = rounded_size(bytes);
   void* pointer = nullptr;
   if (auto cached = cache_.find(size); cached != cache_.end()) {
@@ -89,17 +94,27 @@ void* HostAllocator::allocate(Tag tag, int64_t bytes) {
     }
     if (!pointer) throw OutOfMemory(fmt::format("the system refused {} bytes for '{}'", bytes, to_string(tag)));
   }
-  ledger_->record_allocation(tag, bytes);
+  ledger().record_allocation(tag, bytes);
   return pointer;
 }
 
-void HostAllocator::release(void* pointer, Tag tag, int64_t bytes) noexcept {
+void HostSpace::release(void* pointer, Tag tag, int64_t bytes) noexcept {
   try {
     cache_.emplace(rounded_size(bytes), pointer);
   } catch (...) {
     std::free(pointer);
   }
-  ledger_->record_release(tag, bytes);
+  ledger().record_release(tag, bytes);
+}
+
+void HostSpace::reset_os_peak() {
+  resident_before_ = reset_peak_resident_bytes() ? resident_bytes() : std::nullopt;
+}
+
+std::optional<int64_t> HostSpace::os_peak_bytes() const {
+  const std::optional<int64_t> peak = peak_resident_bytes();
+  if (!resident_before_ || !peak) return std::nullopt;
+  return *peak - *resident_before_;
 }
 
 }  // namespace flashbench

@@ -15,7 +15,9 @@ std::string_view to_string(Status status) {
   return "?";
 }
 
-double max_relative_error(const std::vector<float>& x, const std::vector<float>& ref) {
+namespace {
+template <class Reference>
+double relative_error(std::span<const float> x, std::span<const Reference> ref) {
   double max_diff = 0, max_ref = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const double diff = std::fabs(double(x[i]) - double(ref[i]));
@@ -24,6 +26,12 @@ double max_relative_error(const std::vector<float>& x, const std::vector<float>&
   }
   return max_ref > 0 ? max_diff / max_ref : max_diff;
 }
+}  // namespace
+
+double max_relative_error(std::span<const float> x, std::span<const float> ref) { return relative_error(x, ref); }
+double max_relative_error(std::span<const float> x, std::span<const double> ref) { return relative_error(x, ref); }
+
+std::string Row::implementation() const { return impl.empty() ? std::string(to_string(variant)) : impl; }
 
 namespace {
 double tflops(double flop, const TimingSummary& t) {

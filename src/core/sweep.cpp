@@ -1,5 +1,6 @@
 #include "flashbench/sweep.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <limits>
@@ -192,6 +193,27 @@ std::vector<Variant> parse_variant_list(std::string_view text, std::string_view 
   return values;
 }
 
+std::vector<std::string> variant_names(const std::vector<Variant>& variants) {
+  std::vector<std::string> names;
+  for (Variant variant : variants) names.emplace_back(to_string(variant));
+  return names;
+}
+
+namespace {
+// Implementation names: checked against the device later (the registry knows them), here only for
+// shape: no empty item, none twice.
+std::vector<std::string> parse_name_list(std::string_view text, std::string_view flag) {
+  if (trim(text).empty()) throw UsageError(fmt::format("{}: empty list", flag));
+  std::vector<std::string> names;
+  for (std::string_view item : split(text, ',')) {
+    if (item.empty()) bad_token(flag, text, "has an empty item");
+    if (std::find(names.begin(), names.end(), item) != names.end()) bad_token(flag, item, "is listed twice");
+    names.emplace_back(item);
+  }
+  return names;
+}
+}  // namespace
+
 std::vector<Problem> expand(const SweepSpec& spec) {
   std::vector<Problem> problems;
   for (Dtype dtype : spec.dtype)
@@ -236,6 +258,7 @@ SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name) 
       else if (key == "causal") spec.causal = bool_axis(value, key);
       else if (key == "dtype") spec.dtype = parse_dtype_list(joined_names(value, key), key);
       else if (key == "variants") spec.variants = parse_variant_list(joined_names(value, key), key);
+      else if (key == "impls") spec.implementations = parse_name_list(joined_names(value, key), key);
       else if (key == "backend") spec.backend = value.get<std::string>();
       else if (key == "threads") spec.threads = number_field<int>(value, key);
       else if (key == "sampling") {
@@ -277,6 +300,8 @@ void apply_overrides(SweepSpec& spec, const SweepOverrides& o) {
   if (o.causal) spec.causal = parse_bool_list(*o.causal, "--causal");
   if (o.dtype) spec.dtype = parse_dtype_list(*o.dtype, "--dtype");
   if (o.variants) spec.variants = parse_variant_list(*o.variants, "--variant");
+  if (o.implementations) spec.implementations = parse_name_list(*o.implementations, "--impl");
+  if (o.variants && o.implementations) throw UsageError("--variant and --impl exclude each other: --impl names each one");
   if (o.backend) spec.backend = *o.backend;
   if (o.threads) spec.threads = *o.threads;
   if (o.warmup) spec.sampling.warmup = *o.warmup;

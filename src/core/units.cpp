@@ -1,5 +1,6 @@
 #include "flashbench/units.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <charconv>
@@ -66,6 +67,47 @@ int64_t parse_bytes(std::string_view text) {
   const double bytes = std::round(number * multiplier);
   if (!std::isfinite(bytes) || bytes >= 9.2e18) throw bad("too large");
   return static_cast<int64_t>(bytes);
+}
+
+namespace {
+// `value` with three significant digits and no exponent: 0.0512, 8.12, 81.2, 812.
+std::string three_digits(double value) {
+  if (value == 0) return "0";
+  int magnitude = static_cast<int>(std::floor(std::log10(std::abs(value))));
+  // 0.9996 rounds up to 1.000: count digits from the rounded magnitude.
+  const double rounded = std::abs(value) + 0.5 * std::pow(10.0, magnitude - 2);
+  if (std::floor(std::log10(rounded)) > magnitude) ++magnitude;
+  const int decimals = std::clamp(2 - magnitude, 0, 6);
+  return fmt::format("{:.{}f}", value, decimals);
+}
+}  // namespace
+
+std::string format_duration_ms(double ms) {
+  if (ms < 999.5) return three_digits(ms) + " ms";
+  return three_digits(ms / 1000) + " s";
+}
+
+std::string format_bytes(int64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  const int64_t magnitude = bytes < 0 ? -bytes : bytes;
+  if (magnitude < 1024) return fmt::format("{} B", bytes);
+  double value = double(bytes) / 1024;
+  int unit = 0;
+  while (std::abs(value) >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  // 1023.7 would print as "1024 KiB" with three digits; one more step reads better.
+  if (std::abs(value) >= 999.5 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  return three_digits(value) + " " + kUnits[unit];
+}
+
+std::string format_throughput(double tflops) {
+  if (tflops < 1) return three_digits(tflops * 1000) + " GFLOP/s";
+  return three_digits(tflops) + " TFLOP/s";
 }
 
 }  // namespace flashbench

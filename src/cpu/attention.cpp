@@ -514,7 +514,10 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
   // 848-969 GFLOP/s against whole heads 786-881; 24 heads: whole heads 930-1032 against 831-897).
   const int threads = omp_get_max_threads();
   const double whole_head_balance = double(BH) / threads / std::ceil(double(BH) / threads);
-  if (BH >= threads && whole_head_balance >= 5.0 / 7.0) {
+  const bool whole_heads = t.v2_backward == V2BackwardPath::automatic
+                               ? BH >= threads && whole_head_balance >= 5.0 / 7.0
+                               : t.v2_backward == V2BackwardPath::whole_heads;
+  if (whole_heads) {
     parallel_over_heads(BH, [&](int64_t h) {
       const V2BackwardScratch w = V2BackwardScratch::of(thread_slice(scratch, per_thread), s, t);
       kernel.row_dot(h, 0, N, O, D);  // this thread's own head: its dO is then warm for the first tiles
@@ -548,8 +551,8 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
   });
 }
 
-HostBuffer<float> allocate_workspace(HostAllocator& allocator, int64_t elements) {
-  return elements > 0 ? HostBuffer<float>(allocator, Tag::workspace, elements) : HostBuffer<float>();
+Buffer<float> allocate_workspace(MemorySpace& space, int64_t elements) {
+  return elements > 0 ? Buffer<float>(space, Tag::workspace, elements) : Buffer<float>();
 }
 
 }  // namespace
@@ -584,55 +587,36 @@ int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& s, cons
 }
 
 void forward(Variant variant, const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V,
-             float* O, KeptState& kept, HostAllocator& allocator, Tag kept_tag) {
+             float* O, const KeptView& kept, MemorySpace& space) {
   validate(t);
-  const int64_t BH = s.heads_total, N = s.seq;
+  Buffer<float> workspace =
+      allocate_workspace(space, workspace_elements(variant, Pass::forward, s, t, omp_get_max_threads()));
   switch (variant) {
-    case Variant::standard:
-      kept.scores = HostBuffer<float>(allocator, kept_tag, BH * N * N);
-      break;
-    case Variant::v1:
-      kept.scores = HostBuffer<float>(allocator, kept_tag, BH * N * N);
-      kept.row_max = HostBuffer<float>(allocator, kept_tag, BH * N);
-      kept.row_sum = HostBuffer<float>(allocator, kept_tag, BH * N);
-      break;
-    case Variant::v2:
-      kept.lse = HostBuffer<float>(allocator, kept_tag, BH * N);
-      break;
-    case Variant::checkpoint:
-      break;
-  }
-  HostBuffer<float> workspace =
-      allocate_workspace(allocator, workspace_elements(variant, Pass::forward, s, t, omp_get_max_threads()));
-  switch (variant) {
-    case Variant::standard: standard_forward(s, t, Q, K, V, O, kept.scores.data()); break;
-    case Variant::v1:
-      v1_forward(s, t, Q, K, V, O, kept.scores.data(), kept.row_max.data(), kept.row_sum.data(), workspace.data());
-      break;
-    case Variant::v2: v2_forward(s, t, Q, K, V, O, kept.lse.data(), workspace.data()); break;
+    case Variant::standard: standard_forward(s, t, Q, K, V, O, kept.scores); break;
+    case Variant::v1: v1_forward(s, t, Q, K, V, O, kept.scores, kept.row_max, kept.row_sum, workspace.data()); break;
+    case Variant::v2: v2_forward(s, t, Q, K, V, O, kept.lse, workspace.data()); break;
     case Variant::checkpoint: checkpoint_forward(s, t, Q, K, V, O, workspace.data()); break;
   }
 }
 
 void backward(Variant variant, const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V,
-              const float* O, const float* dO, KeptState& kept, float* dQ, float* dK, float* dV,
-              HostAllocator& allocator) {
+              const float* O, const float* dO, const KeptView& kept, float* dQ, float* dK, float* dV,
+              MemorySpace& space) {
   validate(t);
   const int64_t BH = s.heads_total, N = s.seq, d = s.head_dim;
   const int threads = omp_get_max_threads();
-  HostBuffer<float> workspace =
-      allocate_workspace(allocator, workspace_elements(variant, Pass::backward, s, t, threads));
+  Buffer<float> workspace = allocate_workspace(space, workspace_elements(variant, Pass::backward, s, t, threads));
   float* dP_rows = workspace.data();
   switch (variant) {
     case Variant::standard:
-      materialised_backward(s, t, Q, K, V, dO, kept.scores.data(), dQ, dK, dV, dP_rows);
+      materialised_backward(s, t, Q, K, V, dO, kept.scores, dQ, dK, dV, dP_rows);
       break;
     case Variant::v1:
-      v1_recompute_probabilities(s, t, kept.scores.data(), kept.row_max.data(), kept.row_sum.data());
-      materialised_backward(s, t, Q, K, V, dO, kept.scores.data(), dQ, dK, dV, dP_rows);
+      v1_recompute_probabilities(s, t, kept.scores, kept.row_max, kept.row_sum);
+      materialised_backward(s, t, Q, K, V, dO, kept.scores, dQ, dK, dV, dP_rows);
       break;
     case Variant::v2:
-      v2_backward(s, t, Q, K, V, O, dO, kept.lse.data(), dQ, dK, dV, workspace.data());
+      v2_backward(s, t, Q, K, V, O, dO, kept.lse, dQ, dK, dV, workspace.data());
       break;
     case Variant::checkpoint: {
       // Re-run the whole standard forward of this layer (P and O), then the standard backward.
@@ -644,8 +628,6 @@ void backward(Variant variant, const LayerShape& s, const Tiling& t, const float
       break;
     }
   }
-  workspace.reset();
-  kept = KeptState{};
 }
 
 }  // namespace flashbench::cpu

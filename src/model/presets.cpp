@@ -73,20 +73,16 @@ struct VariantModels {
   LayerMemory standard_layer, v1_layer, v2_layer;
 };
 
-VariantModels model_all(const Problem& problem, const cpu::Tiling& tiling, int threads) {
-  constexpr BackendKind kCpu = BackendKind::cpu;
-  return {model_memory(kCpu, problem, Variant::standard, tiling, threads),
-          model_memory(kCpu, problem, Variant::v1, tiling, threads),
-          model_memory(kCpu, problem, Variant::v2, tiling, threads),
-          model_memory(kCpu, problem, Variant::checkpoint, tiling, threads),
-          layer_memory(kCpu, problem, Variant::standard, tiling, threads),
-          layer_memory(kCpu, problem, Variant::v1, tiling, threads),
-          layer_memory(kCpu, problem, Variant::v2, tiling, threads)};
+VariantModels model_all(const Problem& problem, const ModelSource& model) {
+  return {model.stack(problem, Variant::standard),   model.stack(problem, Variant::v1),
+          model.stack(problem, Variant::v2),         model.stack(problem, Variant::checkpoint),
+          model.layer(problem, Variant::standard),   model.layer(problem, Variant::v1),
+          model.layer(problem, Variant::v2)};
 }
 
 // 002_*: analyze_backward_memory(seq_len=4096, head_dim=128, num_heads=32, num_layers=32), whose
 // formulas count one head (fp16, "MB" = 2^20 bytes, "GB" = 2^30 bytes) although num_heads is passed.
-Preset seed_002(const cpu::Tiling& tiling, int threads) {
+Preset seed_002(const ModelSource& model) {
   Preset preset;
   preset.name = "seed-002";
   preset.source = "002_*: analyze_backward_memory(seq_len=4096, head_dim=128, num_heads=32, num_layers=32), "
@@ -98,7 +94,7 @@ Preset seed_002(const cpu::Tiling& tiling, int threads) {
   const double N = double(p.seq), d = double(p.head_dim), L = double(p.layers);
   const double BH = double(p.heads_total());
   constexpr double kFp16 = 2;
-  const VariantModels m = model_all(p, tiling, threads);
+  const VariantModels m = model_all(p, model);
 
   const double o = N * d * kFp16;                 // "输出O"
   const double temporary = N * d * kFp16 * 4;     // "临时计算缓冲"
@@ -116,13 +112,13 @@ Preset seed_002(const cpu::Tiling& tiling, int threads) {
   preset.rows.push_back(row);
 
   row = make_row("dO per layer", mb("1.00 MB", 1.00), o, o * BH, "");
-  set_flashbench(row, double(p.qkv_elements() * storage_element_bytes(p)),
+  set_flashbench(row, double(p.qkv_elements() * element_bytes(p.dtype)),
                  "dO: one input for the whole stack; layers pass fp32 dX between them");
   preset.rows.push_back(row);
 
   row = make_row("temporary buffers per layer (V2)", mb("4.00 MB", 4.00), temporary, temporary * BH, "");
   set_flashbench(row, double(m.v2_layer.backward_workspace_bytes),
-                 fmt::format("v2: backward workspace of one layer, fp32, {} threads (fp32 staging of the fp16 X, dO, O; D; per-thread tiles)", threads));
+                 fmt::format("v2: backward workspace of one layer, fp32, {} threads (fp32 staging of the fp16 X, dO, O; D; per-thread tiles)", model.threads));
   preset.rows.push_back(row);
 
   row = make_row("V2 total per layer", mb("6.00 MB", 6.00), v2_layer, v2_layer * BH, "");
@@ -164,7 +160,7 @@ Preset seed_002(const cpu::Tiling& tiling, int threads) {
 }
 
 // 000_*: N = 32768, fp16, 32 heads; P of one head, of one layer; m and l as two fp32 vectors.
-Preset seed_000(const cpu::Tiling& tiling, int threads) {
+Preset seed_000(const ModelSource& model) {
   Preset preset;
   preset.name = "seed-000";
   preset.source = "000_*: section 1 (P at N = 32768 in FP16, one head and a 32-head layer) and "
@@ -174,7 +170,7 @@ Preset seed_000(const cpu::Tiling& tiling, int threads) {
   preset.assumptions = "head_dim 128 and batch 1 (not stated; only the flashbench column depends on d)";
   const Problem& p = preset.problem;
   const double N = double(p.seq), BH = double(p.heads_total());
-  const VariantModels m = model_all(p, tiling, threads);
+  const VariantModels m = model_all(p, model);
 
   PresetRow row = make_row("P elements per head", Printed{"over 1.07 billion", 1.07, 1e9, "billion", 2, Claim::over},
                            N * N, N * N * BH, "", "count");
@@ -204,7 +200,7 @@ Preset seed_000(const cpu::Tiling& tiling, int threads) {
 }
 
 // 003_*: N = 128K, fp16: "one P per batch ≈ 32 GB" in its Step 4.
-Preset seed_003(const cpu::Tiling& tiling, int threads) {
+Preset seed_003(const ModelSource& model) {
   Preset preset;
   preset.name = "seed-003";
   preset.source = "003_*: Step 4, one P of 128K x 128K in FP16 'per batch' (its derivation is single-head)";
@@ -213,7 +209,7 @@ Preset seed_003(const cpu::Tiling& tiling, int threads) {
   preset.assumptions = "32 heads and head_dim 128 as in seeds 000/002 (the document shows one head)";
   const Problem& p = preset.problem;
   const double N = double(p.seq), BH = double(p.heads_total());
-  const VariantModels m = model_all(p, tiling, threads);
+  const VariantModels m = model_all(p, model);
 
   PresetRow row = make_row("P per head, fp16", Printed{"about 32 GB", 32, kGB, "GB", 0, Claim::about},
                            2 * N * N, 2 * N * N * BH,
@@ -235,10 +231,10 @@ Preset seed_003(const cpu::Tiling& tiling, int threads) {
 
 std::vector<std::string> preset_names() { return {"seed-002", "seed-000", "seed-003"}; }
 
-Preset make_preset(const std::string& name, const cpu::Tiling& tiling, int threads) {
-  if (name == "seed-002") return seed_002(tiling, threads);
-  if (name == "seed-000") return seed_000(tiling, threads);
-  if (name == "seed-003") return seed_003(tiling, threads);
+Preset make_preset(const std::string& name, const ModelSource& model) {
+  if (name == "seed-002") return seed_002(model);
+  if (name == "seed-000") return seed_000(model);
+  if (name == "seed-003") return seed_003(model);
   throw UsageError(fmt::format("unknown preset '{}' (expected seed-002, seed-000 or seed-003)", name));
 }
 

@@ -2,6 +2,8 @@
 // difference with a Mann-Whitney U test on the samples.
 #include "flashbench/compare.hpp"
 
+#include "flashbench/errors.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -36,7 +38,7 @@ RowComparison compare_pair(const Row& a, const Row& b, const CompareOptions& opt
 }
 
 std::string short_row(const Row& row) {
-  return fmt::format("{} {} {}", row.backend, to_string(row.variant), row.problem.describe());
+  return fmt::format("{} {} {}", row.backend, row.implementation(), row.problem.describe());
 }
 
 std::string p_text(const std::optional<double>& p) {
@@ -66,7 +68,7 @@ nlohmann::ordered_json phase_json(const PhaseComparison& phase) {
 nlohmann::ordered_json row_identity(const Row& row) {
   const nlohmann::ordered_json full = row_to_json(row);
   nlohmann::ordered_json j;
-  for (const char* key : {"backend", "variant", "problem", "status", "reason"}) j[key] = full[key];
+  for (const char* key : {"backend", "variant", "impl", "problem", "status", "reason"}) j[key] = full[key];
   return j;
 }
 
@@ -100,7 +102,7 @@ Comparison compare_runs(const std::vector<Row>& a, const std::vector<Row>& b, co
   for (const Row& row : a) {
     bool found = false;
     for (size_t i = 0; i < b.size(); ++i) {
-      if (matched[i] || b[i].backend != row.backend || b[i].variant != row.variant ||
+      if (matched[i] || b[i].backend != row.backend || b[i].implementation() != row.implementation() ||
           !same_problem(b[i].problem, row.problem))
         continue;
       matched[i] = found = true;
@@ -114,13 +116,16 @@ Comparison compare_runs(const std::vector<Row>& a, const std::vector<Row>& b, co
   return comparison;
 }
 
-Comparison compare_to_baseline(const std::vector<Row>& rows, Variant baseline, const CompareOptions& options) {
+Comparison compare_to_baseline(const std::vector<Row>& rows, const std::string& baseline, const CompareOptions& options) {
   Comparison comparison;
-  comparison.a_name = std::string(to_string(baseline));
+  comparison.a_name = baseline;
+  bool baseline_seen = false;
+  for (const Row& row : rows) baseline_seen |= row.implementation() == baseline;
+  if (!baseline_seen) throw UsageError(fmt::format("--baseline: no row of '{}' in the file", baseline));
   for (const Row& row : rows) {
-    if (row.variant == baseline) continue;
+    if (row.implementation() == baseline) continue;
     const auto reference = std::find_if(rows.begin(), rows.end(), [&](const Row& r) {
-      return r.variant == baseline && r.backend == row.backend && same_problem(r.problem, row.problem);
+      return r.implementation() == baseline && r.backend == row.backend && same_problem(r.problem, row.problem);
     });
     if (reference == rows.end()) comparison.only_b.push_back(row);
     else comparison.pairs.push_back(compare_pair(*reference, row, options));
@@ -137,7 +142,7 @@ std::string Comparison::table() const {
                                                   "bwd A", "bwd B", "B/A", "p", "peak B/A", "verdict"}};
   const std::vector<bool> right = {false, false, false, true, true, true, true, true, true, true, true, true, false};
   for (const RowComparison& pair : pairs) {
-    std::vector<std::string> line = {pair.b.backend, std::string(to_string(pair.b.variant)), pair.b.problem.describe()};
+    std::vector<std::string> line = {pair.b.backend, pair.b.implementation(), pair.b.problem.describe()};
     if (pair.timed) {
       for (const PhaseComparison* phase : {&pair.fwd, &pair.bwd}) {
         line.push_back(format_duration_ms(phase->median_a_ms));
@@ -182,6 +187,8 @@ nlohmann::ordered_json Comparison::to_json() const {
     e["backend"] = pair.b.backend;
     e["variant_a"] = std::string(to_string(pair.a.variant));
     e["variant_b"] = std::string(to_string(pair.b.variant));
+    e["impl_a"] = pair.a.implementation();
+    e["impl_b"] = pair.b.implementation();
     e["problem"] = row_to_json(pair.b)["problem"];
     e["status_a"] = std::string(to_string(pair.a.status));
     e["status_b"] = std::string(to_string(pair.b.status));

@@ -27,7 +27,7 @@ class CsvReporter final : public Reporter {
   explicit CsvReporter(std::ostream& out) : out_(out) {}
 
   void begin(const nlohmann::ordered_json&) override {
-    std::vector<std::string> header = {"backend", "variant", "batch", "heads", "seq", "head_dim", "layers",
+    std::vector<std::string> header = {"backend", "variant", "impl", "batch", "heads", "seq", "head_dim", "layers",
                                        "causal", "dtype", "status", "reason"};
     for (const char* phase : {"fwd", "bwd"})
       for (const char* stat : {"median_ms", "mean_ms", "stddev_ms", "min_ms", "max_ms", "count", "median_noise"})
@@ -46,6 +46,7 @@ class CsvReporter final : public Reporter {
     const Problem& p = row.problem;
     std::vector<std::string> cells = {row.backend,
                                       std::string(to_string(row.variant)),
+                                      row.implementation(),
                                       fmt::format("{}", p.batch),
                                       fmt::format("{}", p.heads),
                                       fmt::format("{}", p.seq),

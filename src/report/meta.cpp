@@ -20,11 +20,6 @@ namespace flashbench {
 
 namespace {
 
-GpuMetaHook& gpu_meta_hook() {
-  static GpuMetaHook hook;
-  return hook;
-}
-
 std::string trim(std::string text) {
   const auto first = text.find_first_not_of(" \t");
   const auto last = text.find_last_not_of(" \t\r\n");
@@ -60,12 +55,6 @@ std::string utc_now_iso8601() {
 
 }  // namespace
 
-void set_gpu_meta_hook(GpuMetaHook hook) { gpu_meta_hook() = std::move(hook); }
-
-void add_gpu_meta(nlohmann::ordered_json& meta) {
-  if (gpu_meta_hook()) gpu_meta_hook()(meta);
-}
-
 nlohmann::ordered_json make_meta(const std::vector<std::string>& argv) {
   nlohmann::ordered_json meta;
   meta["tool"] = build::kName;
@@ -82,7 +71,6 @@ nlohmann::ordered_json make_meta(const std::vector<std::string>& argv) {
   meta["host"]["hostname"] = host_name();
   meta["time"] = utc_now_iso8601();
   meta["argv"] = argv;
-  add_gpu_meta(meta);
   return meta;
 }
 

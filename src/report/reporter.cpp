@@ -31,47 +31,6 @@ std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& o
   throw UsageError(fmt::format("unknown --format '{}' (expected {})", format, kReportFormats));
 }
 
-namespace {
-// `value` with three significant digits and no exponent: 0.0512, 8.12, 81.2, 812.
-std::string three_digits(double value) {
-  if (value == 0) return "0";
-  int magnitude = static_cast<int>(std::floor(std::log10(std::abs(value))));
-  // 0.9996 rounds up to 1.000: count digits from the rounded magnitude.
-  const double rounded = std::abs(value) + 0.5 * std::pow(10.0, magnitude - 2);
-  if (std::floor(std::log10(rounded)) > magnitude) ++magnitude;
-  const int decimals = std::clamp(2 - magnitude, 0, 6);
-  return fmt::format("{:.{}f}", value, decimals);
-}
-}  // namespace
-
-std::string format_duration_ms(double ms) {
-  if (ms < 999.5) return three_digits(ms) + " ms";
-  return three_digits(ms / 1000) + " s";
-}
-
-std::string format_bytes(int64_t bytes) {
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  const int64_t magnitude = bytes < 0 ? -bytes : bytes;
-  if (magnitude < 1024) return fmt::format("{} B", bytes);
-  double value = double(bytes) / 1024;
-  int unit = 0;
-  while (std::abs(value) >= 1024 && unit < 4) {
-    value /= 1024;
-    ++unit;
-  }
-  // 1023.7 would print as "1024 KiB" with three digits; one more step reads better.
-  if (std::abs(value) >= 999.5 && unit < 4) {
-    value /= 1024;
-    ++unit;
-  }
-  return three_digits(value) + " " + kUnits[unit];
-}
-
-std::string format_throughput(double tflops) {
-  if (tflops < 1) return three_digits(tflops * 1000) + " GFLOP/s";
-  return three_digits(tflops) + " TFLOP/s";
-}
-
 void write_file_atomically(const std::string& path, const std::string& contents) {
   namespace fs = std::filesystem;
   const fs::path target(path);
@@ -170,7 +129,7 @@ GroupTable tabulate_group(const std::vector<Row>& rows) {
 
   const Row* standard = nullptr;
   for (const Row& row : rows)
-    if (row.variant == Variant::standard && row.status == Status::ok) standard = &row;
+    if (row.implementation() == "standard" && row.status == Status::ok) standard = &row;
 
   int ok_count = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -185,7 +144,7 @@ GroupTable tabulate_group(const std::vector<Row>& rows) {
     const bool has_time = timed(row);
     const bool has_memory = row.status == Status::ok && row.measured.peak_bytes > 0;
     std::vector<std::string> cells;
-    cells.emplace_back(to_string(row.variant));
+    cells.push_back(row.implementation());
     cells.push_back(has_time ? format_duration_ms(row.fwd.median_ms) : none);
     cells.push_back(has_time ? format_duration_ms(row.bwd.median_ms) : none);
     cells.push_back(has_time ? ratio(row.bwd.median_ms / row.fwd.median_ms) : none);
@@ -202,13 +161,13 @@ GroupTable tabulate_group(const std::vector<Row>& rows) {
     cells.push_back(has_memory && standard && standard->measured.peak_bytes > 0
                         ? ratio(double(row.measured.peak_bytes) / double(standard->measured.peak_bytes))
                         : none);
-    if (!row.check) cells.push_back(none);
+    if (!row.check) cells.push_back(row.not_checked.empty() ? none : "not checked");
     else if (row.check->passed()) cells.push_back(fmt::format("{:.1e}", row.check->max_rel_err));
     else cells.push_back(fmt::format("FAIL {:.1e}", row.check->max_rel_err));
     cells.push_back(status_cell(row));
     table.cells.push_back(std::move(cells));
     for (const std::string& warning : row_warnings(row))
-      table.notes.push_back(fmt::format("{}: {}", to_string(row.variant), warning));
+      table.notes.push_back(fmt::format("{}: {}", row.implementation(), warning));
   }
   return table;
 }

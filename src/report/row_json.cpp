@@ -115,6 +115,7 @@ TagBytes tags_from_json(const json& j) {
 std::vector<std::string> row_warnings(const Row& row) {
   std::vector<std::string> warnings = timing_warnings(row.fwd, "fwd");
   for (std::string& w : timing_warnings(row.bwd, "bwd")) warnings.push_back(std::move(w));
+  if (!row.check && !row.not_checked.empty()) warnings.push_back("not checked: " + row.not_checked);
   if (row.check && !row.check->passed())
     warnings.push_back(fmt::format("check against {} failed: max relative error {:.3g} > tolerance {:.3g}",
                                    row.check->reference, row.check->max_rel_err, row.check->tolerance));
@@ -125,6 +126,7 @@ ordered_json row_to_json(const Row& row) {
   ordered_json j;
   j["backend"] = row.backend;
   j["variant"] = std::string(to_string(row.variant));
+  j["impl"] = row.implementation();
   j["problem"] = problem_to_json(row.problem);
   j["status"] = std::string(to_string(row.status));
   j["reason"] = row.reason;
@@ -163,8 +165,12 @@ ordered_json row_to_json(const Row& row) {
     check["max_rel_err"] = row.check->max_rel_err;
     check["tolerance"] = row.check->tolerance;
     check["passed"] = row.check->passed();
+    if (row.check->naive_rel_err) check["naive_rel_err"] = *row.check->naive_rel_err;
     j["check"] = std::move(check);
+  } else {
+    j["check"] = nullptr;
   }
+  if (!row.not_checked.empty()) j["not_checked"] = row.not_checked;
   j["threads"] = row.threads;
   j["device"] = row.device;
   if (row.row_block > 0) {
@@ -179,6 +185,9 @@ Row row_from_json(const json& j) {
   Row row;
   row.backend = required(j, "backend", "a row").get<std::string>();
   row.variant = parse_variant(required(j, "variant", "a row").get<std::string>());
+  // Files written before implementations had names carry the variant only.
+  row.impl = j.contains("impl") && j.at("impl").is_string() ? j.at("impl").get<std::string>() : std::string(to_string(row.variant));
+  if (j.contains("not_checked") && j.at("not_checked").is_string()) row.not_checked = j.at("not_checked").get<std::string>();
   const json& p = required(j, "problem", "a row");
   row.problem.batch = required(p, "batch", "problem").get<int64_t>();
   row.problem.heads = required(p, "heads", "problem").get<int64_t>();
@@ -223,6 +232,7 @@ Row row_from_json(const json& j) {
     check.max_rel_err = number_or(c, "max_rel_err", 0);
     // Files without a tolerance still say whether the check passed.
     check.tolerance = number_or(c, "tolerance", c.value("passed", true) ? check.max_rel_err : -1.0);
+    if (c.contains("naive_rel_err") && c.at("naive_rel_err").is_number()) check.naive_rel_err = c.at("naive_rel_err").get<double>();
     row.check = check;
   }
   row.threads = static_cast<int>(integer_or(j, "threads", 0));

@@ -26,8 +26,9 @@ ShapeKey shape_key(const Row& row, int64_t batch) {
 // that differ only in B are one series when no variant ran the same N at two batches; otherwise
 // each batch is its own series.
 std::map<ShapeKey, bool> batches_follow_seq(const std::vector<Row>& rows) {
-  std::map<ShapeKey, std::map<std::pair<Variant, int64_t>, std::vector<int64_t>>> batches;
-  for (const Row& row : rows) batches[shape_key(row, kBatchFollowsSeq)][{row.variant, row.problem.seq}].push_back(row.problem.batch);
+  std::map<ShapeKey, std::map<std::pair<std::string, int64_t>, std::vector<int64_t>>> batches;
+  for (const Row& row : rows)
+    batches[shape_key(row, kBatchFollowsSeq)][{row.implementation(), row.problem.seq}].push_back(row.problem.batch);
   std::map<ShapeKey, bool> follows;
   for (const auto& [key, by_point] : batches) {
     std::vector<int64_t> seen;
@@ -178,8 +179,8 @@ std::string describe_shape(const Problem& p) {
 SweepSummary summarize_sweep(const std::vector<Row>& rows) {
   SweepSummary summary;
   // Series in order of first appearance, so the summary follows the sweep.
-  std::vector<std::pair<ShapeKey, Variant>> order;
-  std::map<std::pair<ShapeKey, Variant>, std::vector<const Row*>> groups;
+  std::vector<std::pair<ShapeKey, std::string>> order;
+  std::map<std::pair<ShapeKey, std::string>, std::vector<const Row*>> groups;
   std::vector<Row> timed_rows;
   std::copy_if(rows.begin(), rows.end(), std::back_inserter(timed_rows), timed);
   const std::map<ShapeKey, bool> follows = batches_follow_seq(timed_rows);
@@ -189,7 +190,7 @@ SweepSummary summarize_sweep(const std::vector<Row>& rows) {
   };
   for (const Row& row : rows) {
     if (!timed(row)) continue;
-    const auto key = std::make_pair(key_of(row), row.variant);
+    const auto key = std::make_pair(key_of(row), row.implementation());
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(&row);
   }
@@ -199,7 +200,8 @@ SweepSummary summarize_sweep(const std::vector<Row>& rows) {
                      [](const Row* a, const Row* b) { return a->problem.seq < b->problem.seq; });
     ScalingSeries series;
     series.backend = series_rows.front()->backend;
-    series.variant = key.second;
+    series.variant = series_rows.front()->variant;
+    series.impl = key.second;
     series.shape = series_rows.front()->problem;
     series.batch_follows_seq = std::get<1>(key.first) == kBatchFollowsSeq;
     series.shape_label = shape_label(series_rows, series.batch_follows_seq);
@@ -230,13 +232,14 @@ SweepSummary summarize_sweep(const std::vector<Row>& rows) {
     summary.series.push_back(std::move(series));
   }
 
-  // Crossovers: standard against v2 on the same backend and shape, at the N both ran.
+  // Crossovers: the default standard against the default v2 on the same backend and shape, at the N
+  // both ran.
   std::vector<ShapeKey> shapes;
   for (const auto& key : order)
     if (std::find(shapes.begin(), shapes.end(), key.first) == shapes.end()) shapes.push_back(key.first);
   for (const ShapeKey& shape : shapes) {
-    const auto standard = groups.find({shape, Variant::standard});
-    const auto v2 = groups.find({shape, Variant::v2});
+    const auto standard = groups.find({shape, std::string("standard")});
+    const auto v2 = groups.find({shape, std::string("v2")});
     if (standard == groups.end() || v2 == groups.end()) continue;
     Crossover crossover;
     crossover.backend = standard->second.front()->backend;
@@ -279,7 +282,7 @@ std::string SweepSummary::table() const {
       {"backend", "variant", "shape", "N", "time k", "large N", "fwd k", "bwd k", "peak k", "large N", "model k",
        "bwd/fwd", "seed 002 rule (1.5-2x normal)"}};
   for (const ScalingSeries& s : series) {
-    lines.push_back({s.backend, std::string(to_string(s.variant)), s.shape_label, seq_range(s.seq),
+    lines.push_back({s.backend, s.impl, s.shape_label, seq_range(s.seq),
                      exponent_text(s.time), exponent_text(s.time_large_n), exponent_text(s.fwd), exponent_text(s.bwd),
                      exponent_text(s.peak), exponent_text(s.peak_large_n), exponent_text(s.model_peak),
                      fmt::format("{:.2f}x", s.bwd_over_fwd_median), rule_text(s)});
@@ -309,6 +312,7 @@ nlohmann::ordered_json SweepSummary::to_json() const {
     nlohmann::ordered_json e;
     e["backend"] = s.backend;
     e["variant"] = std::string(to_string(s.variant));
+    e["impl"] = s.impl;
     e["shape"] = shape_json(s.shape, s.batch_follows_seq, s.shape_label);
     e["seq"] = s.seq;
     e["time"] = fit_json(s.time);

@@ -1,6 +1,7 @@
 #pragma once
-// An independent float64 reference for one attention layer and for the layer stack, written as
-// plain loops straight from seed 003's formulas. It shares no code with the kernels.
+// The tests' view of the float64 reference (the harness's one, harness/reference.hpp: plain loops
+// straight from the formulas, sharing no code with the kernels), and helpers for random inputs and
+// norm-wise errors.
 #include <cstdint>
 #include <vector>
 

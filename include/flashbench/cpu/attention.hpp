@@ -5,9 +5,9 @@
 // Q, K, V, O, dO, dQ, dK, dV are [BH, N, d] row-major; P and S are [BH, N, N]; m, l, LSE, D are
 // [BH, N]. S = scale·Q·Kᵀ, P = softmax(S) row-wise, O = P·V, scale = 1/sqrt(d).
 //
-// Every buffer comes from the HostAllocator with its tag; what a variant keeps is allocated here
-// exactly as `kept_per_layer` states (the analytic model reads the same statement), and temporary
-// buffers are tagged `workspace` and sized by `workspace_elements` below.
+// What a variant keeps is allocated by the caller exactly as `kept_per_layer` states (the layer
+// stack does it, and the analytic model reads the same statement); temporary buffers come from the
+// memory space tagged `workspace`, sized by `workspace_elements` below.
 #include <cstdint>
 
 #include "flashbench/memory.hpp"
@@ -19,10 +19,16 @@ namespace flashbench::cpu {
 // Tile sizes [rows]: a row block of Q (Br) against a column block of K/V (Bc). Under the causal mask
 // v2 cuts the diagonal into chunks of Bg columns (a whole number of SIMD registers: v2's forward keeps
 // one SIMD register of rows together and starts a chunk's rows at r0 + Bg·k).
+// v2's backward either gives each thread whole heads (each tile computed once) or splits heads over
+// column blocks and then row blocks (balanced, but S and dP computed twice); `automatic` chooses by
+// the heads per thread (attention.cpp says how).
+enum class V2BackwardPath { automatic, whole_heads, split_heads };
+
 struct Tiling {
   int64_t row_block = 64;       // Br
   int64_t col_block = 128;      // Bc
   int64_t diagonal_block = 32;  // Bg
+  V2BackwardPath v2_backward = V2BackwardPath::automatic;
 };
 
 // Throws UsageError unless Br, Bc ≥ 1 and Bg is a positive multiple of the SIMD width. forward,
@@ -39,13 +45,13 @@ struct LayerShape {
   static LayerShape of(const Problem& problem);
 };
 
-// What one layer keeps between forward and backward (tag `kept`), per `kept_per_layer`.
-// v2's O is the layer output itself, owned by the caller.
-struct KeptState {
-  HostBuffer<float> scores;  // standard: P; v1: S. [BH, N, N]
-  HostBuffer<float> row_max; // v1: m [BH, N]
-  HostBuffer<float> row_sum; // v1: l [BH, N]
-  HostBuffer<float> lse;     // v2: LSE = m + log l [BH, N]
+// What one layer keeps between forward and backward, per `kept_per_layer`, allocated by the caller;
+// a pointer the variant does not keep is null. v2's O is the layer output itself.
+struct KeptView {
+  float* scores = nullptr;   // standard: P; v1: S. [BH, N, N]
+  float* row_max = nullptr;  // v1: m [BH, N]
+  float* row_sum = nullptr;  // v1: l [BH, N]
+  float* lse = nullptr;      // v2: LSE = m + log l [BH, N]
 };
 
 // Workspace the kernels allocate at once, in elements of float, for `threads` OpenMP threads.
@@ -53,14 +59,13 @@ enum class Pass { forward, backward };
 int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& shape, const Tiling& tiling,
                            int threads);
 
-// O = attention(Q, K, V); fills `kept` with what `variant` keeps, tagged `kept_tag` (16-bit storage
-// computes one head at a time into fp32 temporaries, tagged workspace, and keeps a rounded copy).
+// O = attention(Q, K, V); fills what `variant` keeps.
 void forward(Variant variant, const LayerShape& shape, const Tiling& tiling, const float* Q, const float* K,
-             const float* V, float* O, KeptState& kept, HostAllocator& allocator, Tag kept_tag = Tag::kept);
+             const float* V, float* O, const KeptView& kept, MemorySpace& space);
 
-// dQ, dK, dV from dO and what forward kept. O is read by v2 only. Releases `kept` when done.
+// dQ, dK, dV from dO and what forward kept. O is read by v2 only. v1 turns its kept S into P in place.
 void backward(Variant variant, const LayerShape& shape, const Tiling& tiling, const float* Q, const float* K,
-              const float* V, const float* O, const float* dO, KeptState& kept, float* dQ, float* dK,
-              float* dV, HostAllocator& allocator);
+              const float* V, const float* O, const float* dO, const KeptView& kept, float* dQ, float* dK,
+              float* dV, MemorySpace& space);
 
 }  // namespace flashbench::cpu

@@ -6,22 +6,21 @@
 #include <cstdint>
 
 #include "flashbench/cpu/attention.hpp"
+#include "flashbench/storage.hpp"
 
 namespace flashbench::cpu {
 
-using Half = uint16_t;  // the bits of one bf16 or fp16 number
-
-// Round to nearest even (fp16: saturating to ±inf beyond 65504, as IEEE rounding does).
+// Whole arrays, in parallel (storage.hpp rounds one element).
 void round_to_storage(Dtype dtype, const float* x, Half* out, int64_t count);
 void widen_from_storage(Dtype dtype, const Half* x, float* out, int64_t count);
 
-// What one layer keeps, per kept_per_layer: N×N tensors in 16 bits, row statistics in fp32.
-// v2's O is the layer output itself, owned by the caller.
-struct KeptState16 {
-  HostBuffer<Half> scores;     // standard: P; v1: S. [BH, N, N]
-  HostBuffer<float> row_max;   // v1: m [BH, N]
-  HostBuffer<float> row_sum;   // v1: l [BH, N]
-  HostBuffer<float> lse;       // v2: LSE [BH, N]
+// What one layer keeps, per kept_per_layer, allocated by the caller: N×N tensors in 16 bits, row
+// statistics in fp32. v2's O is the layer output itself.
+struct KeptView16 {
+  Half* scores = nullptr;    // standard: P; v1: S. [BH, N, N]
+  float* row_max = nullptr;  // v1: m [BH, N]
+  float* row_sum = nullptr;  // v1: l [BH, N]
+  float* lse = nullptr;      // v2: LSE [BH, N]
 };
 
 // Workspace one 16-bit layer call holds at its peak [floats]: the fp32 staging of its inputs
@@ -31,15 +30,14 @@ struct KeptState16 {
 int64_t workspace16_elements(Variant variant, Pass pass, const LayerShape& shape, const Tiling& tiling,
                              int threads);
 
-// X, O: [BH, N, d] 16-bit; the stack's Q = K = V = X. Allocates `kept`.
+// X, O: [BH, N, d] 16-bit; the stack's Q = K = V = X. Fills `kept`.
 void forward16(Variant variant, Dtype dtype, const LayerShape& shape, const Tiling& tiling, const Half* X, Half* O,
-               KeptState16& kept, HostAllocator& allocator);
+               const KeptView16& kept, MemorySpace& space);
 
 // dQ, dK, dV [BH, N, d] fp32. The incoming gradient is either 16-bit (the stack's input dO) or fp32
 // (dX of the layer above): exactly one of dO_half, dO_float is given. O is read by v2 only.
-// Releases `kept` when done.
 void backward16(Variant variant, Dtype dtype, const LayerShape& shape, const Tiling& tiling, const Half* X,
-                const Half* O, const Half* dO_half, const float* dO_float, KeptState16& kept, float* dQ, float* dK,
-                float* dV, HostAllocator& allocator);
+                const Half* O, const Half* dO_half, const float* dO_float, const KeptView16& kept, float* dQ,
+                float* dK, float* dV, MemorySpace& space);
 
 }  // namespace flashbench::cpu

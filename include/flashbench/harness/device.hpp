@@ -1,0 +1,76 @@
+#pragma once
+// A device: what differs between the machines the harness measures on (the host CPU, a CUDA GPU).
+// The runner (runner.hpp) owns the measuring job; a device only answers these questions. A new
+// device is one folder with a Device, its Implementations and one registration (registry.hpp).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "flashbench/memory.hpp"
+#include "flashbench/model.hpp"
+#include "flashbench/problem.hpp"
+#include "flashbench/result.hpp"
+
+namespace flashbench {
+
+// Times between marks in the device's order of work: CPU steady clock, CUDA events on the stream.
+class PhaseTimer {
+ public:
+  virtual ~PhaseTimer() = default;
+  virtual void mark() = 0;
+  // Waits for the work marked so far; the milliseconds between consecutive marks, then forgets them.
+  virtual std::vector<double> intervals_ms() = 0;
+};
+
+// Settings a device is opened with.
+struct DeviceOptions {
+  int threads = 0;  // CPU worker threads; 0 = all cores (OpenMP's default)
+  int index = 0;    // which GPU
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual std::string_view name() const = 0;  // the registry's name: "cpu", "cuda"
+
+  // A fresh memory space on this device behind `ledger`, holding the device's own persistent buffers
+  // (the cuBLAS workspace) for as long as it lives.
+  virtual std::unique_ptr<MemorySpace> open_space(MemoryLedger& ledger) = 0;
+  // Bytes a run may use on this device now (MemAvailable, the GPU's free memory).
+  virtual std::optional<int64_t> available_bytes() const = 0;
+  // True when the device's memory is the host's: then the harness's own host buffers compete with
+  // the implementations' and the pre-flight adds them up.
+  virtual bool shares_host_memory() const = 0;
+  // Sizes the model needs that only the device knows (threads, input sets, persistent workspace).
+  virtual ModelParams model_params(const Problem& problem) const = 0;
+
+  virtual std::unique_ptr<PhaseTimer> timer() = 0;
+  virtual void synchronize() = 0;  // waits for all work; throws RuntimeFailure on an asynchronous error
+  // Evicts the caches between samples (--cold). Its buffer is the device's own, outside the ledger:
+  // cache_flush_bytes() says how large, for the pre-flight.
+  virtual void flush_caches() = 0;
+  virtual int64_t cache_flush_bytes() const = 0;
+
+  // `count` standard-normal numbers into dst (storage `dtype`), element i a function of (seed, i).
+  virtual void fill_normal(Dtype dtype, void* dst, int64_t count, uint64_t seed) = 0;
+  // Host floats into a tensor of `dtype` on the device (rounded to nearest).
+  virtual void upload(std::span<const float> host, Dtype dtype, void* dst) = 0;
+  // Elements [offset, offset + count) of a tensor stored in `dtype` on the device, as float.
+  virtual std::vector<float> download(const void* src, Dtype dtype, int64_t offset, int64_t count) = 0;
+  // The dtype of the gradients the layer stack passes down (dX_i): fp32 on the CPU, the storage
+  // dtype on CUDA.
+  virtual Dtype gradient_dtype(const Problem& problem) const = 0;
+
+  // Its block of the run's metadata (e.g. "gpu"), and what every row of it records (threads, GPU).
+  virtual void describe(nlohmann::ordered_json& meta) const = 0;
+  virtual void annotate(Row& row) const = 0;
+};
+
+}  // namespace flashbench

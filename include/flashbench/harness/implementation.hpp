@@ -1,0 +1,75 @@
+#pragma once
+// An implementation: one way of computing a layer's forward and backward on one device, for one
+// variant — `standard`, `v2`, a kept earlier revision (`v2.split`), or a peer's kernel (`cudnn`).
+// It states nothing about what it keeps: the variant's statement (variant.hpp) is the one
+// declaration, and the layer stack (stack.hpp) allocates exactly that before forward is called.
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flashbench/memory.hpp"
+#include "flashbench/model.hpp"
+#include "flashbench/problem.hpp"
+#include "flashbench/result.hpp"
+#include "flashbench/variant.hpp"
+
+namespace flashbench {
+
+class Device;
+
+// What one layer keeps between its forward and its backward (tag `kept`), by the names of
+// kept_per_layer: "P", "S", "m", "l", "LSE". ("O", the layer output, is the stack's.)
+class KeptTensors {
+ public:
+  void add(std::string_view name, RawBuffer buffer);
+  // The tensor called `name`; a name the variant does not keep is a programming error (throws).
+  void* operator[](std::string_view name) const;
+  template <class T>
+  T* get(std::string_view name) const { return static_cast<T*>((*this)[name]); }
+  void clear() { tensors_.clear(); }
+
+ private:
+  struct Named {
+    std::string_view name;
+    RawBuffer buffer;
+  };
+  std::vector<Named> tensors_;
+};
+
+// The incoming gradient of a layer's output: dO (an input, storage dtype) for the last layer, dX of
+// the layer above (the device's gradient dtype) for the others.
+struct Gradient {
+  const void* data;
+  Dtype dtype;
+};
+
+// One layer call. Shapes [B,H,N,d] for X, O, dO, dX; X and O in problem.dtype, dX in the device's
+// gradient dtype. Q = K = V = X (the stack's self-attention).
+struct LayerCall {
+  const Problem& problem;
+  Device& device;      // the device the implementation was registered for
+  MemorySpace& space;  // where its workspace comes from (tag workspace; grad for extra gradients)
+};
+
+class Implementation {
+ public:
+  virtual ~Implementation() = default;
+  virtual std::string_view name() const = 0;  // unique on its device: "v2", "v2.split"
+  virtual Variant variant() const = 0;
+  virtual std::string_view summary() const = 0;  // one line for `info`
+  // Why this implementation cannot run `problem` (→ a skipped row), or nothing.
+  virtual std::optional<std::string> unsupported(const Problem& problem) const;
+  // What it allocates per layer beyond the variant's statement, for the model and the pre-flight.
+  virtual LayerCosts costs(const Problem& problem, const ModelParams& params) const = 0;
+  // What its rows record of it (tile sizes).
+  virtual void annotate(Row& row) const;
+
+  // O = attention(X, X, X), filling the kept tensors the stack allocated.
+  virtual void forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) = 0;
+  // dX = dQ + dK + dV from the incoming gradient and what forward kept (O is read by v2 only).
+  virtual void backward(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept,
+                        void* dX) = 0;
+};
+
+}  // namespace flashbench

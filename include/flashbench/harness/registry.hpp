@@ -1,0 +1,50 @@
+#pragma once
+// Every device this binary was built with, and their implementations, by name. The command line
+// asks the registry; it names no device or variant in its code. Each device folder defines one
+// registration function; the build lists them (CMake writes the call to each into one generated
+// file), so adding a device touches no existing source file.
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flashbench/harness/device.hpp"
+#include "flashbench/harness/implementation.hpp"
+
+namespace flashbench {
+
+struct DeviceEntry {
+  std::string name;     // "cpu", "cuda"
+  std::string summary;  // one line for `info` and errors
+  // Opens the device; throws UsageError where it is absent (no GPU, built without CUDA).
+  std::function<std::unique_ptr<Device>(const DeviceOptions&)> open;
+  // The model's device parameters without opening it (`model`, `fit`): the machine's own where it
+  // can tell, stated defaults otherwise.
+  std::function<ModelParams(const Problem&, const DeviceOptions&)> offline_params;
+  // Its implementations; the first one of each variant is that variant's default.
+  std::function<std::vector<std::unique_ptr<Implementation>>()> implementations;
+};
+
+class Registry {
+ public:
+  void add(DeviceEntry entry);
+  const DeviceEntry& device(std::string_view name) const;  // throws UsageError naming the known ones
+  const std::vector<DeviceEntry>& devices() const { return devices_; }
+
+ private:
+  std::vector<DeviceEntry> devices_;
+};
+
+// The registry of this binary, filled on first use.
+const Registry& registry();
+
+// Picks implementations by name ("v2.split") or by variant ("v2" → the variant's default), in the
+// order asked; throws UsageError on an unknown name, listing the known ones.
+std::vector<std::unique_ptr<Implementation>> select_implementations(const DeviceEntry& device,
+                                                                    const std::vector<std::string>& names);
+
+// The model of a device's default implementations, for `model`, `fit` and the presets.
+ModelSource model_source(const DeviceEntry& device, const DeviceOptions& options);
+
+}  // namespace flashbench

@@ -1,0 +1,52 @@
+#pragma once
+// The runner owns the measuring job, once for every device and implementation:
+//   pre-flight from the model (everything the process will hold, the harness's own copies included)
+//   → `skipped`; unsupported → `skipped`; the float64 reference once per problem; then per
+//   implementation: the measured pass (memory, outputs for the check), warm-up and samples under
+//   the one stopping rule; the check (nothing compared → `not checked`, never passed);
+//   OutOfMemory → `oom`; RuntimeFailure → `failed` with the reason, the sweep going on.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "flashbench/harness/device.hpp"
+#include "flashbench/harness/implementation.hpp"
+#include "flashbench/result.hpp"
+#include "flashbench/statistics.hpp"
+
+namespace flashbench {
+
+struct RunOptions {
+  SamplingPolicy sampling;
+  uint64_t seed = 20261129;     // inputs are fresh random numbers from this seed, per problem
+  bool check = true;            // compare outputs and gradients with the float64 reference
+  int64_t mem_limit_bytes = 0;  // 0 = what the device has available
+  bool cold = false;            // flush the device's caches before every pass
+  // The most work the float64 reference may take per problem [FLOP]; beyond it the check falls back
+  // to sampled rows of the output (L = 1) or says `not checked`.
+  double reference_flop_budget = 2.5e11;
+};
+
+class Runner {
+ public:
+  Runner(Device& device, RunOptions options);
+
+  // One row per implementation, in the order given, all on the same inputs.
+  std::vector<Row> run(const Problem& problem, std::span<Implementation* const> implementations);
+
+  // One untimed pass of one implementation on given inputs X0 and dO [B,H,N,d] (rounded to the
+  // problem's dtype on the device): X_L and dX_0 as float. For `grad` and the tests.
+  struct Pass {
+    std::vector<float> output, input_grad;
+  };
+  Pass run_once(const Problem& problem, Implementation& implementation, std::span<const float> X0,
+                std::span<const float> dO);
+
+ private:
+  struct Reference;
+  Device& device_;
+  RunOptions options_;
+};
+
+}  // namespace flashbench

@@ -1,0 +1,221 @@
+// The CPU device (OpenMP on the host) and its implementations of every variant.
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numbers>
+
+#include <fmt/format.h>
+
+#include "flashbench/cpu/attention.hpp"
+#include "flashbench/cpu/kept.hpp"
+#include "flashbench/cpu/storage16.hpp"
+#include "flashbench/errors.hpp"
+#include "flashbench/harness/registry.hpp"
+#include "flashbench/os_memory.hpp"
+
+namespace flashbench {
+namespace cpu {
+namespace {
+
+class SteadyClockTimer final : public PhaseTimer {
+ public:
+  void mark() override { marks_.push_back(std::chrono::steady_clock::now()); }
+  std::vector<double> intervals_ms() override {
+    std::vector<double> out;
+    for (size_t i = 1; i < marks_.size(); ++i)
+      out.push_back(std::chrono::duration<double, std::milli>(marks_[i] - marks_[i - 1]).count());
+    marks_.clear();
+    return out;
+  }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> marks_;
+};
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Box-Muller on two 32-bit uniforms of one 64-bit hash of (seed, i): element i depends on nothing
+// else, so any thread can write any element.
+float counter_normal(uint64_t seed, int64_t i) {
+  const uint64_t bits = splitmix64(seed ^ splitmix64(uint64_t(i)));
+  const float u1 = (float(uint32_t(bits >> 32)) + 1.0f) * 2.3283064365386963e-10f;  // (0, 1]
+  const float u2 = float(uint32_t(bits)) * 2.3283064365386963e-10f;                  // [0, 1)
+  return std::sqrt(-2.0f * std::log(u1)) * std::cos(2.0f * std::numbers::pi_v<float> * u2);
+}
+
+// Bytes the --cold flush writes: twice the last-level cache, at least 64 MiB.
+int64_t flush_bytes() {
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return std::max<int64_t>(int64_t{64} << 20, 2 * int64_t(std::max(l3, 0L)));
+}
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(const DeviceOptions& options) {
+    if (options.threads > 0) omp_set_num_threads(options.threads);
+    // Large blocks get pages of their own, so each implementation's VmHWM rises with what it
+    // touches instead of reusing resident heap pages that an earlier one freed.
+    use_fresh_pages_for_large_blocks();
+  }
+
+  std::string_view name() const override { return "cpu"; }
+  std::unique_ptr<MemorySpace> open_space(MemoryLedger& ledger) override { return std::make_unique<HostSpace>(ledger); }
+  std::optional<int64_t> available_bytes() const override { return available_memory_bytes(); }
+  bool shares_host_memory() const override { return true; }
+  ModelParams model_params(const Problem&) const override { return params(omp_get_max_threads()); }
+  static ModelParams params(int threads) { return ModelParams{.threads = threads, .gradient_element_bytes = 4}; }
+
+  std::unique_ptr<PhaseTimer> timer() override { return std::make_unique<SteadyClockTimer>(); }
+  void synchronize() override {}
+  void flush_caches() override {
+    if (flush_.empty()) flush_.assign(size_t(cache_flush_bytes()), 0);
+    const size_t n = flush_.size();
+    unsigned char* data = flush_.data();
+    ++flush_round_;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += 64) data[i] = static_cast<unsigned char>(flush_round_ + i);
+  }
+  int64_t cache_flush_bytes() const override { return flush_bytes(); }
+
+  void fill_normal(Dtype dtype, void* dst, int64_t count, uint64_t seed) override {
+    if (dtype == Dtype::fp32) {
+      float* out = static_cast<float*>(dst);
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < count; ++i) out[i] = counter_normal(seed, i);
+      return;
+    }
+    Half* out = static_cast<Half*>(dst);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < count; ++i) out[i] = round_to_half(dtype, counter_normal(seed, i));
+  }
+  void upload(std::span<const float> host, Dtype dtype, void* dst) override {
+    if (dtype == Dtype::fp32) std::copy(host.begin(), host.end(), static_cast<float*>(dst));
+    else round_to_storage(dtype, host.data(), static_cast<Half*>(dst), int64_t(host.size()));
+  }
+  std::vector<float> download(const void* src, Dtype dtype, int64_t offset, int64_t count) override {
+    std::vector<float> out(count);
+    if (dtype == Dtype::fp32) std::copy_n(static_cast<const float*>(src) + offset, count, out.data());
+    else widen_from_storage(dtype, static_cast<const Half*>(src) + offset, out.data(), count);
+    return out;
+  }
+  Dtype gradient_dtype(const Problem&) const override { return Dtype::fp32; }
+
+  void describe(nlohmann::ordered_json&) const override {}  // the host block of the metadata says it all
+  void annotate(Row& row) const override { row.threads = omp_get_max_threads(); }
+
+ private:
+  std::vector<unsigned char> flush_;
+  unsigned flush_round_ = 0;
+};
+
+// Every variant through the kernels of attention.cpp (fp32) and storage16.cpp (bf16, fp16 storage);
+// versions differ in their tiling and v2's backward path.
+class CpuAttention final : public Implementation {
+ public:
+  CpuAttention(std::string name, Variant variant, Tiling tiling, std::string summary)
+      : name_(std::move(name)), variant_(variant), tiling_(tiling), summary_(std::move(summary)) {}
+
+  std::string_view name() const override { return name_; }
+  Variant variant() const override { return variant_; }
+  std::string_view summary() const override { return summary_; }
+
+  LayerCosts costs(const Problem& problem, const ModelParams& params) const override {
+    const LayerShape shape = LayerShape::of(problem);
+    // 16-bit storage adds fp32 staging and runs standard and v1 one head at a time (storage16.hpp).
+    const auto workspace = problem.dtype == Dtype::fp32 ? workspace_elements : workspace16_elements;
+    constexpr int64_t kFloat = 4;
+    return {.forward_workspace_bytes = workspace(variant_, Pass::forward, shape, tiling_, params.threads) * kFloat,
+            .backward_workspace_bytes = workspace(variant_, Pass::backward, shape, tiling_, params.threads) * kFloat,
+            .backward_extra_grad_bytes = 2 * problem.qkv_elements() * kFloat};  // dK, dV beside dX (= dQ)
+  }
+
+  void annotate(Row& row) const override {
+    row.row_block = tiling_.row_block;
+    row.col_block = tiling_.col_block;
+    if (variant_ == Variant::v2) row.diagonal_block = tiling_.diagonal_block;  // only v2 cuts the diagonal
+  }
+
+  void forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) override {
+    const Problem& p = call.problem;
+    const LayerShape shape = LayerShape::of(p);
+    if (p.dtype == Dtype::fp32) {
+      const float* x = static_cast<const float*>(X);
+      cpu::forward(variant_, shape, tiling_, x, x, x, static_cast<float*>(O),
+                   kept_view(variant_, p, kept), call.space);
+    } else {
+      forward16(variant_, p.dtype, shape, tiling_, static_cast<const Half*>(X), static_cast<Half*>(O),
+                kept_view16(variant_, p, kept), call.space);
+    }
+  }
+
+  void backward(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept, void* dX) override {
+    const Problem& p = call.problem;
+    const LayerShape shape = LayerShape::of(p);
+    const int64_t elements = p.qkv_elements();
+    // Q, K and V are all X, so dX = dQ + dK + dV: dQ is written into dX, dK and dV added to it.
+    float* dQ = static_cast<float*>(dX);
+    Buffer<float> dK(call.space, Tag::grad, elements);
+    Buffer<float> dV(call.space, Tag::grad, elements);
+    if (p.dtype == Dtype::fp32) {
+      const float* x = static_cast<const float*>(X);
+      cpu::backward(variant_, shape, tiling_, x, x, x, static_cast<const float*>(O), static_cast<const float*>(dO.data),
+                    kept_view(variant_, p, kept), dQ, dK.data(), dV.data(), call.space);
+    } else {
+      const bool stored = dO.dtype != Dtype::fp32;  // the stack's dO, or dX of the layer above
+      backward16(variant_, p.dtype, shape, tiling_, static_cast<const Half*>(X), static_cast<const Half*>(O),
+                 stored ? static_cast<const Half*>(dO.data) : nullptr,
+                 stored ? nullptr : static_cast<const float*>(dO.data), kept_view16(variant_, p, kept),
+                 dQ, dK.data(), dV.data(), call.space);
+    }
+    const float* dK_data = dK.data();
+    const float* dV_data = dV.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < elements; ++e) dQ[e] += dK_data[e] + dV_data[e];
+  }
+
+ private:
+  std::string name_;
+  Variant variant_;
+  Tiling tiling_;
+  std::string summary_;
+};
+
+std::vector<std::unique_ptr<Implementation>> implementations() {
+  std::vector<std::unique_ptr<Implementation>> all;
+  for (Variant variant : kAllVariants)
+    all.push_back(std::make_unique<CpuAttention>(std::string(to_string(variant)), variant, Tiling{},
+                                                 fmt::format("{}: tiled fp32 kernels, OpenMP", to_string(variant))));
+  // v2's two backward paths, each forced, for comparing them on the same inputs.
+  all.push_back(std::make_unique<CpuAttention>("v2.whole", Variant::v2, Tiling{.v2_backward = V2BackwardPath::whole_heads},
+                                               "v2 with whole heads per thread in backward, whatever the thread count"));
+  all.push_back(std::make_unique<CpuAttention>("v2.split", Variant::v2, Tiling{.v2_backward = V2BackwardPath::split_heads},
+                                               "v2 with heads split over column then row blocks in backward"));
+  return all;
+}
+
+}  // namespace
+}  // namespace cpu
+
+void register_device_cpu(Registry& registry) {
+  registry.add(DeviceEntry{
+      .name = "cpu",
+      .summary = "the host CPU: OpenMP threads, AVX-512/AVX2 kernels",
+      .open = [](const DeviceOptions& options) -> std::unique_ptr<Device> {
+        return std::make_unique<cpu::CpuDevice>(options);
+      },
+      .offline_params = [](const Problem&, const DeviceOptions& options) {
+        return cpu::CpuDevice::params(options.threads > 0 ? options.threads : omp_get_max_threads());
+      },
+      .implementations = cpu::implementations,
+  });
+}
+
+}  // namespace flashbench

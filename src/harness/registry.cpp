@@ -1,0 +1,55 @@
+#include "flashbench/harness/registry.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "flashbench/errors.hpp"
+
+namespace flashbench {
+
+void Registry::add(DeviceEntry entry) { devices_.push_back(std::move(entry)); }
+
+const DeviceEntry& Registry::device(std::string_view name) const {
+  for (const DeviceEntry& entry : devices_)
+    if (entry.name == name) return entry;
+  std::vector<std::string> known;
+  for (const DeviceEntry& entry : devices_) known.push_back(entry.name);
+  throw UsageError(fmt::format("unknown backend '{}' (expected {})", name, fmt::join(known, " or ")));
+}
+
+std::vector<std::unique_ptr<Implementation>> select_implementations(const DeviceEntry& device,
+                                                                    const std::vector<std::string>& names) {
+  std::vector<std::unique_ptr<Implementation>> chosen;
+  for (const std::string& name : names) {
+    std::vector<std::unique_ptr<Implementation>> all = device.implementations();
+    auto by_name = std::find_if(all.begin(), all.end(), [&](const auto& i) { return i->name() == name; });
+    if (by_name == all.end())  // a variant's name picks its first implementation
+      by_name = std::find_if(all.begin(), all.end(), [&](const auto& i) { return to_string(i->variant()) == name; });
+    if (by_name == all.end()) {
+      std::vector<std::string_view> known;
+      for (const auto& i : all) known.push_back(i->name());
+      throw UsageError(fmt::format("no implementation '{}' on {} (known: {})", name, device.name, fmt::join(known, ", ")));
+    }
+    chosen.push_back(std::move(*by_name));
+  }
+  return chosen;
+}
+
+ModelSource model_source(const DeviceEntry& device, const DeviceOptions& options) {
+  auto costs_of = [&device](const Problem& problem, Variant variant, const ModelParams& params) {
+    return select_implementations(device, {std::string(to_string(variant))}).front()->costs(problem, params);
+  };
+  ModelSource source;
+  source.layer = [&device, options, costs_of](const Problem& problem, Variant variant) {
+    const ModelParams params = device.offline_params(problem, options);
+    return layer_memory(problem, variant, costs_of(problem, variant, params), params);
+  };
+  source.stack = [&device, options, costs_of](const Problem& problem, Variant variant) {
+    const ModelParams params = device.offline_params(problem, options);
+    return model_memory(problem, variant, costs_of(problem, variant, params), params);
+  };
+  source.threads = device.offline_params(Problem{}, options).threads;
+  return source;
+}
+
+}  // namespace flashbench

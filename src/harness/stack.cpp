@@ -1,0 +1,83 @@
+#include "flashbench/harness/stack.hpp"
+
+#include <fmt/format.h>
+
+#include "flashbench/errors.hpp"
+
+namespace flashbench {
+
+void KeptTensors::add(std::string_view name, RawBuffer buffer) { tensors_.push_back({name, std::move(buffer)}); }
+
+void* KeptTensors::operator[](std::string_view name) const {
+  for (const Named& tensor : tensors_)
+    if (tensor.name == name) return tensor.buffer.data();
+  throw RuntimeFailure(fmt::format("internal error: no kept tensor '{}'", name));
+}
+
+std::optional<std::string> Implementation::unsupported(const Problem&) const { return std::nullopt; }
+void Implementation::annotate(Row&) const {}
+
+namespace {
+// Whether the variant keeps its layer output itself (v2's O): then the output is tagged `kept`,
+// and freed after that layer's backward instead of the next layer's.
+bool keeps_output(Variant variant, const Problem& problem) {
+  for (const KeptTensor& tensor : kept_per_layer(variant, problem))
+    if (tensor.name == "O") return true;
+  return false;
+}
+}  // namespace
+
+KeptTensors allocate_kept(Variant variant, const Problem& problem, MemorySpace& space) {
+  KeptTensors kept;
+  for (const KeptTensor& tensor : kept_per_layer(variant, problem))
+    if (tensor.name != "O") kept.add(tensor.name, RawBuffer(space, Tag::kept, tensor.bytes()));  // O: the output
+  return kept;
+}
+
+LayerStack::LayerStack(const Problem& problem, Implementation& implementation, Device& device, MemorySpace& space)
+    : problem_(problem), implementation_(implementation), device_(device), space_(space),
+      output_is_kept_(keeps_output(implementation.variant(), problem)) {}
+
+void LayerStack::forward(const void* X0) {
+  const int64_t L = problem_.layers;
+  const int64_t x_bytes = problem_.qkv_elements() * element_bytes(problem_.dtype);
+  outputs_.clear();
+  kept_.clear();
+  outputs_.resize(L);
+  kept_.resize(L);
+  LayerCall call{problem_, device_, space_};
+  const void* X = X0;
+  for (int64_t i = 0; i < L; ++i) {
+    outputs_[i] = RawBuffer(space_, output_is_kept_ ? Tag::kept : Tag::activation, x_bytes);
+    kept_[i] = allocate_kept(implementation_.variant(), problem_, space_);
+    implementation_.forward(call, X, outputs_[i].data(), kept_[i]);
+    X = outputs_[i].data();
+  }
+}
+
+const void* LayerStack::output() const { return outputs_.back().data(); }
+
+RawBuffer LayerStack::backward(const void* X0, const void* dO) {
+  const int64_t L = problem_.layers;
+  const Dtype gradient_dtype = device_.gradient_dtype(problem_);
+  const int64_t grad_bytes = problem_.qkv_elements() * element_bytes(gradient_dtype);
+  LayerCall call{problem_, device_, space_};
+  if (!output_is_kept_) outputs_[L - 1].reset();  // nothing reads the last output
+  RawBuffer incoming;  // dX_{i+1}; empty means dO
+  for (int64_t i = L - 1; i >= 0; --i) {
+    const void* X_i = i == 0 ? X0 : outputs_[i - 1].data();
+    const Gradient gradient = incoming.empty() ? Gradient{dO, problem_.dtype} : Gradient{incoming.data(), gradient_dtype};
+    RawBuffer dX(space_, Tag::grad, grad_bytes);
+    implementation_.backward(call, X_i, outputs_[i].data(), gradient, kept_[i], dX.data());
+    kept_[i].clear();
+    if (output_is_kept_) {
+      outputs_[i].reset();
+    } else if (i >= 1) {
+      outputs_[i - 1].reset();  // X_i: layer i was its last reader
+    }
+    incoming = std::move(dX);
+  }
+  return incoming;
+}
+
+}  // namespace flashbench

@@ -1,0 +1,217 @@
+// The runner's contract, pinned with a fake device and fake implementations: every outcome a row can
+// have, decided in one place for every device. A correct implementation passes its float64 check;
+// a wrong one is `failed` with the error; an unsupported problem and one the model says does not fit
+// are `skipped` before anything runs; an allocation that fails anyway is `oom`; a runtime failure is
+// `failed` with its reason while the next implementation still runs; no reference means
+// `not checked`, never passed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "flashbench/errors.hpp"
+#include "flashbench/harness/reference.hpp"
+#include "flashbench/harness/runner.hpp"
+#include "flashbench/harness/stack.hpp"
+
+namespace flashbench {
+namespace {
+
+// The host heap, fp32 only, with a steady clock: enough of a device for the runner.
+class FakeDevice final : public Device {
+ public:
+  std::optional<int64_t> available = int64_t{1} << 30;
+
+  std::string_view name() const override { return "fake"; }
+  std::unique_ptr<MemorySpace> open_space(MemoryLedger& ledger) override { return std::make_unique<HostSpace>(ledger); }
+  std::optional<int64_t> available_bytes() const override { return available; }
+  bool shares_host_memory() const override { return true; }
+  ModelParams model_params(const Problem&) const override { return {}; }
+  std::unique_ptr<PhaseTimer> timer() override { return std::make_unique<Clock>(); }
+  void synchronize() override {}
+  void flush_caches() override {}
+  int64_t cache_flush_bytes() const override { return 0; }
+  void fill_normal(Dtype, void* dst, int64_t count, uint64_t seed) override {
+    float* out = static_cast<float*>(dst);
+    for (int64_t i = 0; i < count; ++i) out[i] = float((i * 7 + int64_t(seed % 13)) % 11) / 5.0f - 1.0f;
+  }
+  void upload(std::span<const float> host, Dtype, void* dst) override {
+    std::copy(host.begin(), host.end(), static_cast<float*>(dst));
+  }
+  std::vector<float> download(const void* src, Dtype, int64_t offset, int64_t count) override {
+    const float* data = static_cast<const float*>(src) + offset;
+    return {data, data + count};
+  }
+  Dtype gradient_dtype(const Problem&) const override { return Dtype::fp32; }
+  void describe(nlohmann::ordered_json&) const override {}
+  void annotate(Row& row) const override { row.device = "fake"; }
+
+ private:
+  class Clock final : public PhaseTimer {
+   public:
+    void mark() override { marks_.push_back(std::chrono::steady_clock::now()); }
+    std::vector<double> intervals_ms() override {
+      std::vector<double> out;
+      for (size_t i = 1; i < marks_.size(); ++i)
+        out.push_back(std::chrono::duration<double, std::milli>(marks_[i] - marks_[i - 1]).count() + 1e-3);
+      marks_.clear();
+      return out;
+    }
+
+   private:
+    std::vector<std::chrono::steady_clock::time_point> marks_;
+  };
+};
+
+enum class Behaviour { correct, wrong, unsupported, greedy, throws };
+
+// Computes the layer with the float64 reference itself (so its answers are right by construction),
+// or misbehaves as asked.
+class FakeImplementation final : public Implementation {
+ public:
+  FakeImplementation(std::string name, Behaviour behaviour) : name_(std::move(name)), behaviour_(behaviour) {}
+  int forward_calls = 0;
+
+  std::string_view name() const override { return name_; }
+  Variant variant() const override { return Variant::v2; }
+  std::string_view summary() const override { return "a fake"; }
+  std::optional<std::string> unsupported(const Problem&) const override {
+    if (behaviour_ == Behaviour::unsupported) return std::string("not built for this shape");
+    return std::nullopt;
+  }
+  LayerCosts costs(const Problem&, const ModelParams&) const override { return {}; }
+
+  void forward(LayerCall& call, const void* X, void* O, KeptTensors&) override {
+    ++forward_calls;
+    if (behaviour_ == Behaviour::throws) throw RuntimeFailure("kernel launch failed: too many resources requested");
+    if (behaviour_ == Behaviour::greedy) Buffer<float> hog(call.space, Tag::workspace, int64_t{1} << 40);
+    const LayerReference r = layer(call.problem, X, nullptr);
+    float* out = static_cast<float*>(O);
+    for (size_t e = 0; e < r.O.size(); ++e) out[e] = float(r.O[e]) + (behaviour_ == Behaviour::wrong ? 0.01f : 0.0f);
+  }
+  void backward(LayerCall& call, const void* X, const void*, Gradient dO, KeptTensors&, void* dX) override {
+    const LayerReference r = layer(call.problem, X, static_cast<const float*>(dO.data));
+    float* out = static_cast<float*>(dX);
+    for (size_t e = 0; e < r.dQ.size(); ++e) out[e] = float(r.dQ[e] + r.dK[e] + r.dV[e]);
+  }
+
+ private:
+  static LayerReference layer(const Problem& p, const void* X, const float* dO) {
+    const int64_t n = p.qkv_elements();
+    const float* x = static_cast<const float*>(X);
+    const std::vector<double> xd(x, x + n);
+    const std::vector<double> gd = dO ? std::vector<double>(dO, dO + n) : std::vector<double>(n, 0.0);
+    return reference_layer({p.heads_total(), p.seq, p.head_dim, p.causal}, xd, xd, xd, gd);
+  }
+  std::string name_;
+  Behaviour behaviour_;
+};
+
+Problem small_problem(int64_t layers = 2) {
+  Problem p;
+  p.batch = 1;
+  p.heads = 2;
+  p.seq = 13;
+  p.head_dim = 4;
+  p.layers = layers;
+  return p;
+}
+
+RunOptions quick() {
+  RunOptions options;
+  options.sampling.warmup = 0;
+  options.sampling.warmup_ms = 0;
+  options.sampling.min_samples = 5;
+  options.sampling.max_samples = 5;
+  return options;
+}
+
+std::vector<Row> run(FakeDevice& device, const Problem& problem, std::vector<FakeImplementation*> implementations,
+                     RunOptions options = quick()) {
+  std::vector<Implementation*> chosen(implementations.begin(), implementations.end());
+  return Runner(device, options).run(problem, chosen);
+}
+
+TEST(Harness, EveryOutcomeIsARowAndTheSweepGoesOn) {
+  FakeDevice device;
+  FakeImplementation correct("correct", Behaviour::correct), wrong("wrong", Behaviour::wrong),
+      unsupported("unsupported", Behaviour::unsupported), greedy("greedy", Behaviour::greedy),
+      throws("throws", Behaviour::throws), after("after", Behaviour::correct);
+  const std::vector<Row> rows = run(device, small_problem(), {&correct, &wrong, &unsupported, &greedy, &throws, &after});
+  ASSERT_EQ(rows.size(), 6u);
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i].impl, std::vector<std::string>({"correct", "wrong",
+      "unsupported", "greedy", "throws", "after"})[i]);
+
+  EXPECT_EQ(rows[0].status, Status::ok) << rows[0].reason;
+  ASSERT_TRUE(rows[0].check.has_value());
+  EXPECT_EQ(rows[0].check->reference, "float64");
+  EXPECT_TRUE(rows[0].check->passed()) << rows[0].check->max_rel_err;
+  EXPECT_EQ(rows[0].fwd.count(), 5);
+
+  EXPECT_EQ(rows[1].status, Status::failed);
+  ASSERT_TRUE(rows[1].check.has_value());
+  EXPECT_FALSE(rows[1].check->passed());
+  EXPECT_NE(rows[1].reason.find("differ from float64"), std::string::npos) << rows[1].reason;
+
+  EXPECT_EQ(rows[2].status, Status::skipped);
+  EXPECT_EQ(rows[2].reason, "not built for this shape");
+  EXPECT_EQ(unsupported.forward_calls, 0);
+
+  EXPECT_EQ(rows[3].status, Status::oom);
+  EXPECT_NE(rows[3].reason.find("limit"), std::string::npos) << rows[3].reason;
+
+  EXPECT_EQ(rows[4].status, Status::failed);
+  EXPECT_NE(rows[4].reason.find("too many resources"), std::string::npos) << rows[4].reason;
+
+  EXPECT_EQ(rows[5].status, Status::ok) << rows[5].reason;
+}
+
+TEST(Harness, WhatDoesNotFitIsSkippedBeforeAnythingRuns) {
+  FakeDevice device;
+  device.available = 1000;  // bytes: less than the inputs alone
+  FakeImplementation correct("correct", Behaviour::correct);
+  const std::vector<Row> rows = run(device, small_problem(), {&correct});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].status, Status::skipped);
+  EXPECT_NE(rows[0].reason.find("needs"), std::string::npos) << rows[0].reason;
+  ASSERT_TRUE(rows[0].model.has_value());
+  EXPECT_GT(rows[0].model->peak_bytes, 1000);
+  EXPECT_EQ(correct.forward_calls, 0);
+}
+
+TEST(Harness, NoReferenceMeansNotCheckedNeverPassed) {
+  FakeDevice device;
+  FakeImplementation wrong("wrong", Behaviour::wrong);
+  RunOptions options = quick();
+  options.reference_flop_budget = 0;  // no float64 stack; L = 2 leaves no row-sampled check either
+  const std::vector<Row> rows = run(device, small_problem(2), {&wrong}, options);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].status, Status::ok);
+  EXPECT_FALSE(rows[0].check.has_value());
+  EXPECT_NE(rows[0].not_checked.find("over the budget"), std::string::npos) << rows[0].not_checked;
+}
+
+TEST(Harness, OverBudgetOneLayerFallsBackToFloat64Rows) {
+  FakeDevice device;
+  FakeImplementation correct("correct", Behaviour::correct), wrong("wrong", Behaviour::wrong);
+  RunOptions options = quick();
+  options.reference_flop_budget = 0;
+  const std::vector<Row> rows = run(device, small_problem(1), {&correct, &wrong}, options);
+  ASSERT_TRUE(rows[0].check.has_value());
+  EXPECT_EQ(rows[0].check->reference, "float64 rows (output)");
+  EXPECT_TRUE(rows[0].check->passed());
+  EXPECT_EQ(rows[1].status, Status::failed);
+}
+
+TEST(Harness, SwitchedOffCheckSaysNothing) {
+  FakeDevice device;
+  FakeImplementation wrong("wrong", Behaviour::wrong);
+  RunOptions options = quick();
+  options.check = false;
+  const std::vector<Row> rows = run(device, small_problem(), {&wrong}, options);
+  EXPECT_EQ(rows[0].status, Status::ok);
+  EXPECT_FALSE(rows[0].check.has_value());
+  EXPECT_TRUE(rows[0].not_checked.empty());
+}
+
+}  // namespace
+}  // namespace flashbench
