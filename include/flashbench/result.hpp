@@ -62,6 +62,7 @@ struct Row {
   std::optional<Check> check;
   std::string not_checked;              // why nothing was compared, when check is empty and a check was asked for
   int threads = 0;                      // CPU threads used
+  bool cold = false;                    // the device's caches were flushed before every pass (--cold)
   int64_t row_block = 0, col_block = 0; // kernel tile [rows of Q, rows of K/V]; 0 when not tiled
   int64_t diagonal_block = 0;           // v2's causal diagonal chunk [columns]; 0 when not tiled
   std::string device;                   // GPU name, for CUDA rows

@@ -32,6 +32,7 @@ struct RunFlags {
   std::optional<std::string> mem_limit;
   uint64_t seed = RunOptions{}.seed;
   bool no_check = false;
+  double check_budget_gflop = RunOptions{}.reference_flop_budget / 1e9;
   bool cold = false;
   bool measure_peak = false;             // --peak: measure the CPU ceilings before the sweep
   std::optional<std::string> peak_file;  // --peak-file: take them from `info --peak --format json`
@@ -108,6 +109,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   options.sampling = spec.sampling;
   options.seed = flags.seed;
   options.check = !flags.no_check;
+  options.reference_flop_budget = flags.check_budget_gflop * 1e9;
   options.cold = flags.cold;
   if (flags.mem_limit) options.mem_limit_bytes = parse_bytes(*flags.mem_limit);
   const int threads = omp_get_max_threads();
@@ -197,6 +199,11 @@ void register_run(CLI::App& app) {
                   "Memory budget, e.g. 8GiB (default: what the device has free: MemAvailable, the GPU's free memory)");
   sub->add_option("--seed", flags->seed, "Seed of the random inputs")->capture_default_str();
   sub->add_flag("--no-check", flags->no_check, "Skip comparing outputs and gradients with the float64 reference");
+  sub->add_option_function<double>("--check-budget", [flags](double value) {
+    if (!(value >= 0)) throw UsageError(fmt::format("--check-budget must be 0 or more GFLOP (got {})", value));
+    flags->check_budget_gflop = value;
+  }, "Most work the float64 reference may do per configuration [GFLOP] (default 250); beyond it the check "
+     "compares sampled output rows (L = 1) or says `not checked`");
   sub->add_flag("--cold", flags->cold, "Flush the caches before every pass (CPU: the last-level cache; CUDA: the L2)");
   CLI::Option* peak = sub->add_flag("--peak", flags->measure_peak,
                                     "Measure this machine's fp32 FMA and sgemm ceilings first (about a second) and "

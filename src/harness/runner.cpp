@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <functional>
 #include <new>
@@ -88,6 +89,15 @@ std::vector<float> gather(Device& device, const void* tensor, Dtype dtype, const
   return out;
 }
 
+// FLASHBENCH_INJECT_FAILURE=NAME makes implementation NAME fail at its first forward as a kernel
+// failure would (a RuntimeFailure), so that the command line's handling of one can be tested on
+// every device; nothing else reads it.
+void inject_failure(const Implementation& implementation) {
+  const char* name = std::getenv("FLASHBENCH_INJECT_FAILURE");
+  if (name && implementation.name() == name)
+    throw RuntimeFailure(fmt::format("injected failure in {} (FLASHBENCH_INJECT_FAILURE)", implementation.name()));
+}
+
 uint64_t problem_seed(const RunOptions& options, const Problem& problem) {
   return options.seed ^ std::hash<std::string>{}(problem.describe());
 }
@@ -145,6 +155,7 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
     row.variant = implementation.variant();
     row.impl = std::string(implementation.name());
     row.problem = problem;
+    row.cold = options_.cold;
     device_.annotate(row);
     implementation.annotate(row);
     if (auto why = implementation.unsupported(problem)) {
@@ -236,6 +247,7 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
       }
       LayerStack stack(problem, implementation, device_, *space);
       std::unique_ptr<PhaseTimer> timer = device_.timer();
+      inject_failure(implementation);
 
       // The measured pass: memory (the ledger and the outside view) and the outputs for the check.
       device_.synchronize();

@@ -173,6 +173,7 @@ ordered_json row_to_json(const Row& row) {
   if (!row.not_checked.empty()) j["not_checked"] = row.not_checked;
   j["threads"] = row.threads;
   j["device"] = row.device;
+  j["cold"] = row.cold;
   if (row.row_block > 0) {
     j["tiling"] = {{"row_block", row.row_block}, {"col_block", row.col_block}};
     if (row.diagonal_block > 0) j["tiling"]["diagonal_block"] = row.diagonal_block;
@@ -187,6 +188,7 @@ Row row_from_json(const json& j) {
   row.variant = parse_variant(required(j, "variant", "a row").get<std::string>());
   // Files written before implementations had names carry the variant only.
   row.impl = j.contains("impl") && j.at("impl").is_string() ? j.at("impl").get<std::string>() : std::string(to_string(row.variant));
+  row.cold = j.value("cold", false);
   if (j.contains("not_checked") && j.at("not_checked").is_string()) row.not_checked = j.at("not_checked").get<std::string>();
   const json& p = required(j, "problem", "a row");
   row.problem.batch = required(p, "batch", "problem").get<int64_t>();
