@@ -11,6 +11,7 @@
 #include "flashbench/cpu/gemm.hpp"
 #include "flashbench/cpu/vector_math.hpp"
 #include "flashbench/errors.hpp"
+#include "flashbench/storage.hpp"
 
 // Per head h, with N rows of d features:
 //   forward   S = scale·Q·Kᵀ, P = softmax(S) row-wise (masked entries 0), O = P·V
@@ -21,7 +22,7 @@
 namespace flashbench::cpu {
 
 LayerShape LayerShape::of(const Problem& p) {
-  return {p.heads_total(), p.seq, p.head_dim, p.causal, p.scale()};
+  return {p.heads_total(), p.seq, p.head_dim, p.causal, p.scale(), p.dtype};
 }
 
 namespace {
@@ -194,8 +195,10 @@ void v1_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
     float* l_rows = l + h * N + r0;
     gemm(Op::none, Op::transpose, rows, columns, d, s.scale, head.Q + r0 * d, d, head.K, d, 0.0f, S_rows, N);
     for (int64_t i = r0; i < r1; ++i) {
-      const float* row = S_rows + (i - r0) * N;
+      float* row = S_rows + (i - r0) * N;
       const int64_t visible = visible_columns(s, i);
+      if (s.score_storage != Dtype::fp32)  // the statistics of S as it will be kept (LayerShape says why)
+        for (int64_t j = 0; j < visible; ++j) row[j] = widen_half(s.score_storage, round_to_half(s.score_storage, row[j]));
       m_rows[i - r0] = row_max(row, visible);
       l_rows[i - r0] = exp_shifted_sum(row, visible, m_rows[i - r0]);
     }

@@ -11,7 +11,7 @@ namespace {
 
 bool per_head(Variant variant) { return variant == Variant::standard || variant == Variant::v1; }
 
-LayerShape one_head(const LayerShape& s) { return {1, s.seq, s.head_dim, s.causal, s.scale}; }
+LayerShape one_head(const LayerShape& s) { return {1, s.seq, s.head_dim, s.causal, s.scale, s.score_storage}; }
 
 // fp32 elements of the temporary scores (and row statistics) one head computes or widens.
 int64_t head_scores_elements(Variant variant, const LayerShape& s) {
@@ -55,8 +55,10 @@ int64_t workspace16_elements(Variant variant, Pass pass, const LayerShape& s, co
   return staging_elements(variant, pass, s) + inner;
 }
 
-void forward16(Variant variant, Dtype dtype, const LayerShape& s, const Tiling& t, const Half* X, Half* O,
+void forward16(Variant variant, Dtype dtype, const LayerShape& layer, const Tiling& t, const Half* X, Half* O,
                const KeptView16& kept, MemorySpace& space) {
+  LayerShape s = layer;
+  s.score_storage = dtype;
   const int64_t BH = s.heads_total, N = s.seq, d = s.head_dim, tensor = BH * N * d;
   Buffer<float> staging(space, Tag::workspace, staging_elements(variant, Pass::forward, s));
   float* X32 = staging.data();
