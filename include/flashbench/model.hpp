@@ -32,7 +32,8 @@ namespace flashbench {
 
 // What the device contributes to the model. [bytes, counts]
 struct ModelParams {
-  int threads = 1;                          // workers whose per-thread workspace an implementation sizes
+  int threads = 0;                          // workers whose per-thread workspace an implementation sizes
+                                            // (0: the device sizes nothing per thread)
   int64_t input_sets = 1;                   // (X0, dO) pairs the timing loop rotates through
   int64_t persistent_workspace_bytes = 0;   // held by the device for the whole run (cuBLAS's)
   int gradient_element_bytes = 4;           // dX_i's element size on this device

@@ -1,6 +1,8 @@
 #pragma once
-// The variants, and the one statement of what each keeps from forward for backward.
-// The kernels allocate exactly these tensors and the analytic model counts exactly these.
+// The variants, and the one statement of what each keeps from forward for backward (the table in
+// variant.cpp). The layer stack allocates exactly these tensors and the analytic model counts
+// exactly these. A new variant is an enumerator here and an entry in that table, then one
+// implementation per device (or `unsupported`).
 #include <array>
 #include <cstdint>
 #include <string_view>
@@ -36,7 +38,9 @@ struct KeptTensor {
 std::vector<KeptTensor> kept_per_layer(Variant variant, const Problem& problem);
 int64_t kept_bytes_per_layer(Variant variant, const Problem& problem);  // [bytes]
 
-// Whether a layer's backward reads its own output (v2 does: D = rowsum(dO ∘ O)).
-bool backward_reads_output(Variant variant);
+// Whether the variant keeps its layer output O itself (v2 does: its backward reads it for
+// D = rowsum(dO ∘ O)). Then the output is tagged `kept` and freed after that layer's backward, not
+// the next layer's.
+bool keeps_layer_output(Variant variant);
 
 }  // namespace flashbench

@@ -98,7 +98,7 @@ int print_model(const ModelOptions& options) {
       row["backend"] = device.name;
       row["variant"] = std::string(to_string(m.variant));
       row["problem"] = problem_json(problem);
-      row["threads"] = threads;
+      if (threads > 0) row["threads"] = threads;
       if (m.described.row_block > 0) {
         row["tiling"] = {{"row_block", m.described.row_block}, {"col_block", m.described.col_block}};
         if (m.described.diagonal_block > 0) row["tiling"]["diagonal_block"] = m.described.diagonal_block;
@@ -122,8 +122,8 @@ int print_model(const ModelOptions& options) {
   }
 
   const Row& tiles = models.front().described;
-  std::cout << fmt::format("memory model, {}: {}, {} threads{}; input {} (X0, dO{}){}\n\n", device.name,
-                           problem.describe(), threads,
+  std::cout << fmt::format("memory model, {}: {}{}{}; input {} (X0, dO{}){}\n\n", device.name,
+                           problem.describe(), threads > 0 ? fmt::format(", {} threads", threads) : "",
                            tiles.row_block > 0 ? fmt::format(", tiles {}x{} (Br x Bc)", tiles.row_block, tiles.col_block)
                                                : "",
                            format_bytes(params.input_sets * input_bytes(problem)),

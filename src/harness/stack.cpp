@@ -17,16 +17,6 @@ void* KeptTensors::operator[](std::string_view name) const {
 std::optional<std::string> Implementation::unsupported(const Problem&) const { return std::nullopt; }
 void Implementation::annotate(Row&) const {}
 
-namespace {
-// Whether the variant keeps its layer output itself (v2's O): then the output is tagged `kept`,
-// and freed after that layer's backward instead of the next layer's.
-bool keeps_output(Variant variant, const Problem& problem) {
-  for (const KeptTensor& tensor : kept_per_layer(variant, problem))
-    if (tensor.name == "O") return true;
-  return false;
-}
-}  // namespace
-
 KeptTensors allocate_kept(Variant variant, const Problem& problem, MemorySpace& space) {
   KeptTensors kept;
   for (const KeptTensor& tensor : kept_per_layer(variant, problem))
@@ -36,7 +26,7 @@ KeptTensors allocate_kept(Variant variant, const Problem& problem, MemorySpace& 
 
 LayerStack::LayerStack(const Problem& problem, Implementation& implementation, Device& device, MemorySpace& space)
     : problem_(problem), implementation_(implementation), device_(device), space_(space),
-      output_is_kept_(keeps_output(implementation.variant(), problem)) {}
+      output_is_kept_(keeps_layer_output(implementation.variant())) {}
 
 void LayerStack::forward(const void* X0) {
   const int64_t L = problem_.layers;

@@ -11,14 +11,6 @@ namespace flashbench {
 
 namespace {
 
-// Whether `variant` keeps its layer output itself (v2's O): then the output is tagged `kept`,
-// counted once, and freed after that layer's backward instead of the next layer's.
-bool keeps_layer_output(Variant variant, const Problem& problem) {
-  for (const KeptTensor& tensor : kept_per_layer(variant, problem))
-    if (tensor.name == "O") return true;
-  return false;
-}
-
 struct Moment {
   TagBytes live;  // [bytes]
   Phase phase;
@@ -34,7 +26,7 @@ LayerMemory layer_memory(const Problem& problem, Variant variant, const LayerCos
   LayerMemory layer;
   layer.output_bytes = problem.qkv_elements() * element_bytes(problem.dtype);
   layer.kept_bytes = kept_bytes_per_layer(variant, problem);
-  layer.held_bytes = layer.kept_bytes + (keeps_layer_output(variant, problem) ? 0 : layer.output_bytes);
+  layer.held_bytes = layer.kept_bytes + (keeps_layer_output(variant) ? 0 : layer.output_bytes);
   layer.forward_workspace_bytes = costs.forward_workspace_bytes;
   layer.backward_workspace_bytes = costs.backward_workspace_bytes;
   layer.grad_bytes = problem.qkv_elements() * params.gradient_element_bytes + costs.backward_extra_grad_bytes;
@@ -44,7 +36,7 @@ LayerMemory layer_memory(const Problem& problem, Variant variant, const LayerCos
 ModelledMemory model_memory(const Problem& problem, Variant variant, const LayerCosts& costs,
                             const ModelParams& params) {
   const LayerMemory layer = layer_memory(problem, variant, costs, params);
-  const bool output_is_kept = keeps_layer_output(variant, problem);
+  const bool output_is_kept = keeps_layer_output(variant);
   const Tag output_tag = output_is_kept ? Tag::kept : Tag::activation;
   const int64_t kept_beyond_output = layer.kept_bytes - (output_is_kept ? layer.output_bytes : 0);
   const int64_t one_grad = problem.qkv_elements() * params.gradient_element_bytes;  // dX_{i+1} [bytes]
