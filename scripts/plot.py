@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Figures from flashbench results (the JSON contract of DESIGN.md).
+"""Figures from flashbench results (the JSON contract, docs/json.md).
 
     scripts/plot.py RESULTS.json [MORE.json|.jsonl ...] --out DIR [--svg]
 
@@ -9,6 +9,7 @@ Writes into DIR:
   throughput_vs_seq.png  forward and backward TFLOP/s (FlashAttention convention) against N
   memory_by_tag.png      the measured peak split by tag (input, activation, kept, workspace, grad)
   bwd_over_fwd.png       backward / forward time against N, with seed 002's 1.5-2x band and 3x line
+                         (the rule of thumb of that article, docs/articles.md)
 Colour says the variant; line style and marker say the source (file and backend), so a CPU run, a
 CUDA run and a peer's rows overlay. Rows whose status is not "ok" are left out. Needs numpy and
 matplotlib (Debian: python3-matplotlib); runs headless.
@@ -244,7 +245,7 @@ def draw(paths, out_dir, svg):
     axes[0].set_ylabel("TFLOP/s (FlashAttention convention)")
     save_with_legend(figure, axes, "throughput_vs_seq")
 
-    # bwd / fwd against N, with seed 002's rule of thumb.
+    # bwd / fwd against N, with seed 002's rule of thumb (docs/articles.md).
     figure, axis = plt.subplots(figsize=(8, 6))
     for key, points in series.items():
         pairs = [(p["seq"], p["bwd_ms"] / p["fwd_ms"]) for p in points if p["bwd_ms"] and p["fwd_ms"]]

@@ -1,6 +1,7 @@
-// Every CPU variant against the float64 reference (seed 003's formulas as plain loops) and against
-// central finite differences, on shapes that hit DESIGN.md's traps: N = 1, N prime and larger than a
-// tile, d = 40 and 72, B = 2 with H = 3, causal, logits of magnitude ~1e3, L = 3.
+// Every CPU variant against the float64 reference (seed 003's formulas as plain loops, see
+// docs/articles.md) and against central finite differences, on the shapes where tiled attention
+// kernels break: N = 1, N prime and larger than a tile, d = 40 and 72 (not multiples of 16),
+// B = 2 with H = 3, causal, logits of magnitude ~1e3, L = 3.
 #include <gtest/gtest.h>
 #include <omp.h>
 

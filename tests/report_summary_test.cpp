@@ -1,5 +1,5 @@
 // The sweep summary on rows with known power laws: exponents, the v2/standard crossover, and
-// bwd/fwd against seed 002's rule.
+// bwd/fwd against seed 002's rule (docs/articles.md).
 #include <cmath>
 #include <sstream>
 

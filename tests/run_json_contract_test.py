@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""`flashbench run --format json` follows DESIGN.md's JSON contract, and its numbers hang together:
-the tag split adds up to the peak, every variant is checked against float64, the model matches.
+"""`flashbench run --format json` follows the JSON contract (docs/json.md), and its numbers hang
+together: the tag split adds up to the peak, every variant is checked against float64, the model
+matches.
 
 usage: run_json_contract_test.py FLASHBENCH_BINARY SOURCE_DIR
 """

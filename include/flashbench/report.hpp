@@ -1,7 +1,7 @@
 #pragma once
-// Turning rows into output: run metadata, the JSON form of a row (DESIGN.md's contract), and the
-// reporters (table, json, jsonl, csv, md) behind one small interface. One reporter per file in
-// src/report/.
+// Turning rows into output: run metadata, the JSON form of a row (the contract in docs/json.md),
+// and the reporters (table, json, jsonl, csv, md) behind one small interface. One reporter per
+// file in src/report/.
 #include <functional>
 #include <iosfwd>
 #include <memory>
@@ -19,16 +19,14 @@ namespace flashbench {
 
 inline constexpr int kSchemaVersion = 1;
 
-// The run's metadata: tool, version, git revision, build {type, compiler, flags, cuda},
+// The run's metadata: tool, version, git revision, build {type, compiler, flags, native, cuda},
 // host {cpu, cores, omp_threads, hostname}, time (ISO-8601 UTC), argv. The device a run uses adds
-// its own block (Device::describe: "gpu" for CUDA).
+// its own block (Device::describe: "gpu" for CUDA); `run --peak` adds "cpu_peak" (docs/json.md).
 nlohmann::ordered_json make_meta(const std::vector<std::string>& argv);
 
-// One row in the JSON contract: times [ms], memory [bytes], throughput [TFLOP/s]; a value that was
-// not measured (an oom row's times) is null. Extra keys beyond the contract:
-// timing.*.{count, cv, median_noise, noise_target, noisy, first_outlier}, bwd_over_fwd, flop [FLOP],
-// memory.measured.high_water, memory.model.peak_phase, check.{tolerance, passed}, threads, device,
-// warnings (the lines the table prints under the row).
+// One row in the JSON contract (docs/json.md lists every key, its unit and when it is null or
+// absent): times [ms], memory [bytes], throughput [TFLOP/s], flop [FLOP]; a value that was not
+// measured (an oom row's times) is null; warnings are the lines the table prints under the row.
 nlohmann::ordered_json row_to_json(const Row& row);
 // The inverse, for `compare`, plots' tests and anything reading our own files. Missing optional
 // parts (model, check, samples) stay empty; a missing required key throws UsageError.

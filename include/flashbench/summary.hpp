@@ -1,7 +1,8 @@
 #pragma once
 // What a sweep over N says, beyond its rows: per variant the fitted exponent k of time ~ N^k and of
 // peak memory ~ N^k (least squares on log-log), where v2 starts to beat standard, and bwd/fwd
-// against seed 002's rule of thumb (1.5-2x is normal for v2, over 3x means too much recompute).
+// against seed 002's rule of thumb (1.5-2x is normal for v2, over 3x means too much recompute;
+// docs/articles.md). The JSON form is the "summary" of docs/json.md.
 #include <optional>
 #include <string>
 #include <vector>

@@ -16,8 +16,9 @@
 // Per head h, with N rows of d features:
 //   forward   S = scale·Q·Kᵀ, P = softmax(S) row-wise (masked entries 0), O = P·V
 //   backward  dV = Pᵀ·dO, dP = dO·Vᵀ, D_i = Σ_j P_ij·dP_ij = Σ_k dO_ik·O_ik,
-//             dS = P ∘ (dP − D), dQ = scale·dS·K, dK = scale·dSᵀ·Q            (seed 003)
-// D is a sum over the whole row i; a tiled kernel must never sum it inside one tile (seed 000's bug).
+//             dS = P ∘ (dP − D), dQ = scale·dS·K, dK = scale·dSᵀ·Q  (seed 003, docs/articles.md)
+// D is a sum over the whole row i; a tiled kernel must never sum it inside one tile (the bug in
+// seed 000's tile code, docs/articles.md).
 
 namespace flashbench::cpu {
 

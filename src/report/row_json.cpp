@@ -1,4 +1,4 @@
-// A row's JSON form (DESIGN.md, "The JSON contract") and its inverse, and reading result files.
+// A row's JSON form (the JSON contract, docs/json.md) and its inverse, and reading result files.
 #include <cmath>
 #include <fstream>
 #include <sstream>

@@ -1,4 +1,5 @@
-// A sweep's summary: scaling exponents, the v2/standard crossover, bwd/fwd against seed 002's rule.
+// A sweep's summary: scaling exponents, the v2/standard crossover, bwd/fwd against seed 002's rule
+// (docs/articles.md); its JSON form is the "summary" of docs/json.md.
 #include "flashbench/summary.hpp"
 
 #include <algorithm>

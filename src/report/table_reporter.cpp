@@ -51,7 +51,7 @@ class TableReporter final : public GroupingReporter {
     out_.flush();
   }
 
-  // After a sweep over N: exponents, crossover, bwd/fwd against seed 002's rule.
+  // After a sweep over N: exponents, crossover, bwd/fwd against seed 002's rule (docs/articles.md).
   void write_end(const std::vector<Row>& all_rows) override {
     const SweepSummary summary = summarize_sweep(all_rows);
     if (summary.has_scaling()) out_ << "\n" << summary.table();
