@@ -111,7 +111,9 @@ def collect_series(paths):
             source = names[(path, row.get("backend", "?"))]
             if source not in sources:
                 sources.append(source)
-            key = (source, row.get("variant", "?"), shape_of(row["problem"], with_batch=False))
+            # One series per implementation ("v2", "v2.split"); files older than implementations
+            # carry the variant only.
+            key = (source, row.get("impl") or row.get("variant", "?"), shape_of(row["problem"], with_batch=False))
             groups.setdefault(key, {}).setdefault(row["problem"].get("batch"), []).append(point_of(row))
     series = {}
     for (source, variant, shape), by_batch in groups.items():

@@ -80,12 +80,12 @@ VariantModels model_all(const Problem& problem, const ModelSource& model) {
           model.layer(problem, Variant::v2)};
 }
 
-// 002_*: analyze_backward_memory(seq_len=4096, head_dim=128, num_heads=32, num_layers=32), whose
+// seed-002 (docs/articles.md): analyze_backward_memory(seq_len=4096, head_dim=128, num_heads=32, num_layers=32), whose
 // formulas count one head (fp16, "MB" = 2^20 bytes, "GB" = 2^30 bytes) although num_heads is passed.
 Preset seed_002(const ModelSource& model) {
   Preset preset;
   preset.name = "seed-002";
-  preset.source = "002_*: analyze_backward_memory(seq_len=4096, head_dim=128, num_heads=32, num_layers=32), "
+  preset.source = "seed-002: analyze_backward_memory(seq_len=4096, head_dim=128, num_heads=32, num_layers=32), "
                   "fp16; the function divides by 1024**2 and 1024, so its MB is 2^20 B and its GB 2^30 B";
   preset.problem = Problem{.batch = 1, .heads = 32, .seq = 4096, .head_dim = 128, .layers = 32,
                            .causal = false, .dtype = Dtype::fp16};
@@ -159,11 +159,11 @@ Preset seed_002(const ModelSource& model) {
   return preset;
 }
 
-// 000_*: N = 32768, fp16, 32 heads; P of one head, of one layer; m and l as two fp32 vectors.
+// seed-000 (docs/articles.md): N = 32768, fp16, 32 heads; P of one head, of one layer; m and l as two fp32 vectors.
 Preset seed_000(const ModelSource& model) {
   Preset preset;
   preset.name = "seed-000";
-  preset.source = "000_*: section 1 (P at N = 32768 in FP16, one head and a 32-head layer) and "
+  preset.source = "seed-000: section 1 (P at N = 32768 in FP16, one head and a 32-head layer) and "
                   "section 2 (m and l, two fp32 scalars per row); its GB is 10^9 B, its KB 2^10 B";
   preset.problem = Problem{.batch = 1, .heads = 32, .seq = 32768, .head_dim = 128, .layers = 1,
                            .causal = false, .dtype = Dtype::fp16};
@@ -199,14 +199,14 @@ Preset seed_000(const ModelSource& model) {
   return preset;
 }
 
-// 003_*: N = 128K, fp16: "one P per batch ≈ 32 GB" in its Step 4.
+// seed-003 (docs/articles.md): N = 128K, fp16: "one P per batch ≈ 32 GB" in its Step 4.
 Preset seed_003(const ModelSource& model) {
   Preset preset;
   preset.name = "seed-003";
-  preset.source = "003_*: Step 4, one P of 128K x 128K in FP16 'per batch' (its derivation is single-head)";
+  preset.source = "seed-003: Step 4, one P of 128K x 128K in FP16 'per batch' (its derivation is single-head)";
   preset.problem = Problem{.batch = 1, .heads = 32, .seq = 131072, .head_dim = 128, .layers = 1,
                            .causal = false, .dtype = Dtype::fp16};
-  preset.assumptions = "32 heads and head_dim 128 as in seeds 000/002 (the document shows one head)";
+  preset.assumptions = "32 heads and head_dim 128 as in seed-000 and seed-002 (the document shows one head)";
   const Problem& p = preset.problem;
   const double N = double(p.seq), BH = double(p.heads_total());
   const VariantModels m = model_all(p, model);
