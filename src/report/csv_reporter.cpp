@@ -34,10 +34,11 @@ class CsvReporter final : public Reporter {
         header.push_back(fmt::format("{}_{}", phase, stat));
     for (const char* column : {"fwd_tflops", "bwd_tflops", "peak_bytes", "peak_phase", "kept_bytes"})
       header.emplace_back(column);
-    for (Tag tag : kAllTags) header.push_back(fmt::format("{}_bytes", to_string(tag)));
+    // The split at the peak: "at_peak_kept_bytes" is not the kept_bytes column (kept at the end of forward).
+    for (Tag tag : kAllTags) header.push_back(fmt::format("at_peak_{}_bytes", to_string(tag)));
     for (const char* column : {"os_peak_bytes", "model_peak_bytes", "model_kept_bytes", "check_reference",
-                               "max_rel_err", "tolerance", "check_passed", "threads", "device", "peak_gflops",
-                               "fwd_of_peak", "bwd_of_peak"})
+                               "max_rel_err", "tolerance", "check_passed", "naive_rel_err", "not_checked", "threads",
+                               "device", "cold", "peak_gflops", "fwd_of_peak", "bwd_of_peak"})
       header.emplace_back(column);
     write(header);
   }
@@ -79,8 +80,11 @@ class CsvReporter final : public Reporter {
     cells.push_back(row.check ? fmt::format("{}", row.check->max_rel_err) : "");
     cells.push_back(row.check ? fmt::format("{}", row.check->tolerance) : "");
     cells.push_back(row.check ? (row.check->passed() ? "true" : "false") : "");
+    cells.push_back(row.check && row.check->naive_rel_err ? fmt::format("{}", *row.check->naive_rel_err) : "");
+    cells.push_back(row.not_checked);
     cells.push_back(fmt::format("{}", row.threads));
     cells.push_back(row.device);
+    cells.push_back(row.cold ? "true" : "false");
     cells.push_back(row.peak_gflops ? fmt::format("{}", *row.peak_gflops) : "");
     cells.push_back(row.fwd_of_peak() ? fmt::format("{}", *row.fwd_of_peak()) : "");
     cells.push_back(row.bwd_of_peak() ? fmt::format("{}", *row.bwd_of_peak()) : "");
