@@ -1,21 +1,30 @@
-// GPU tests of the CUDA backend: every variant against a float64 CPU reference at small shapes
-// (odd N, N spanning several tiles, N = 1, causal, d = 64 and 128, L = 2, large logits), with
-// FlashAttention's bar for 16-bit types: the error may be at most 3× that of the same computation
-// done naively in the same precision (emulated here by rounding every stored tensor). fp32 must be
-// within 1e-5. Also: measured memory equals the CUDA memory model, and an allocation failure
-// becomes an `oom` row. Every test skips with "no CUDA device" where there is none.
+// Tests of the CUDA device through the harness. On a GPU: every variant's layer stack against the
+// float64 reference at small shapes (odd N, N spanning several tiles, N = 1, causal, d = 64 and 128,
+// L = 2, large logits), with FlashAttention's bar for 16-bit types (at most 3× the error of the same
+// computation done naively in the same precision, plus what exp costs at the largest logit) and
+// 1e-5 for fp32; measured memory equal to the model; a model that does not fit is a `skipped` row;
+// the GPU refusing memory is OutOfMemory and leaves the device usable; a variant run alone is still
+// checked against float64; an unsupported head dim skips only v2. Those skip where there is no
+// GPU. Everywhere: the model's view of the device without opening it, and opening it without a GPU
+// is a usage error.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "flashbench/backend.hpp"
-#include "flashbench/cuda/stack.hpp"
+#include "flashbench/cuda/device.hpp"
 #include "flashbench/errors.hpp"
+#include "flashbench/harness/reference.hpp"
+#include "flashbench/harness/registry.hpp"
+#include "flashbench/harness/runner.hpp"
+#include "flashbench/harness/stack.hpp"
+#include "flashbench/model.hpp"
+#include "flashbench/storage.hpp"
 
 namespace flashbench {
 namespace {
@@ -23,130 +32,24 @@ namespace {
 #define SKIP_WITHOUT_CUDA_DEVICE() \
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
-// Round to the nearest value of the storage dtype (ties to even), in double.
-double round_to(double x, Dtype dtype) {
-  if (dtype == Dtype::fp32) return double(float(x));
-  if (x == 0 || !std::isfinite(x)) return x;
-  const int significant_bits = dtype == Dtype::bf16 ? 8 : 11;
-  const int min_exponent = dtype == Dtype::bf16 ? -126 : -14;  // below it, fixed (subnormal) spacing
-  const int exponent = std::max(std::ilogb(x), min_exponent);
-  const double quantum = std::ldexp(1.0, exponent - (significant_bits - 1));
-  const double rounded = std::nearbyint(x / quantum) * quantum;
-  if (dtype == Dtype::fp16 && std::fabs(rounded) > 65504.0) return std::copysign(INFINITY, x);
-  return rounded;
+const DeviceEntry& cuda_entry() { return registry().device("cuda"); }
+
+std::unique_ptr<Device> open_cuda() { return cuda_entry().open(DeviceOptions{}); }
+
+std::unique_ptr<Implementation> implementation(const std::string& name) {
+  return std::move(select_implementations(cuda_entry(), {name}).front());
 }
 
-// The float64 reference of the layer stack (Q = K = V = X_i, dX_i = dQ + dK + dV), plain loops
-// from the formulas. With `emulate` set, every tensor the standard variant stores (S, P, O, dP,
-// dS, and dX after each of its three accumulations) is rounded to `dtype`: the naive computation
-// in the storage precision.
-struct StackOut {
-  std::vector<double> output, input_grad;
-};
-
-StackOut reference_stack(const Problem& p, const std::vector<double>& X0, const std::vector<double>& dOut,
-                         bool emulate) {
-  const int64_t BH = p.heads_total(), N = p.seq, d = p.head_dim, L = p.layers;
-  const double scale = 1.0 / std::sqrt(double(d));
-  const auto r = [&](double x) { return emulate ? round_to(x, p.dtype) : x; };
-  std::vector<std::vector<double>> X(L + 1), P(L);
-  X[0] = X0;
-  for (int64_t layer = 0; layer < L; ++layer) {
-    const std::vector<double>& x = X[layer];
-    std::vector<double>& out = X[layer + 1];
-    out.assign(BH * N * d, 0.0);
-    P[layer].assign(BH * N * N, 0.0);
-    for (int64_t h = 0; h < BH; ++h) {
-      const double* xh = &x[h * N * d];
-      for (int64_t i = 0; i < N; ++i) {
-        const int64_t visible = p.causal ? i + 1 : N;
-        std::vector<double> s(visible);
-        double max = -INFINITY;
-        for (int64_t j = 0; j < visible; ++j) {
-          double dot = 0;
-          for (int64_t k = 0; k < d; ++k) dot += xh[i * d + k] * xh[j * d + k];
-          s[j] = r(scale * dot);
-          max = std::max(max, s[j]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < visible; ++j) sum += std::exp(s[j] - max);
-        double* prow = &P[layer][(h * N + i) * N];
-        for (int64_t j = 0; j < visible; ++j) prow[j] = r(std::exp(s[j] - max) / sum);
-        for (int64_t k = 0; k < d; ++k) {
-          double o = 0;
-          for (int64_t j = 0; j < visible; ++j) o += prow[j] * xh[j * d + k];
-          out[(h * N + i) * d + k] = r(o);
-        }
-      }
-    }
-  }
-  std::vector<double> grad = dOut;
-  for (int64_t layer = L - 1; layer >= 0; --layer) {
-    const std::vector<double>& x = X[layer];
-    std::vector<double> dX(BH * N * d, 0.0);
-    for (int64_t h = 0; h < BH; ++h) {
-      const double* xh = &x[h * N * d];
-      const double* g = &grad[h * N * d];
-      const double* ph = &P[layer][h * N * N];
-      // dP = dO Xᵀ, then dS = P ∘ (dP − D) with D_i = Σ_j P_ij dP_ij over the whole row.
-      std::vector<double> dS(N * N, 0.0);
-      for (int64_t i = 0; i < N; ++i) {
-        std::vector<double> dP(N, 0.0);
-        double D = 0;
-        for (int64_t j = 0; j < N; ++j) {
-          double dot = 0;
-          for (int64_t k = 0; k < d; ++k) dot += g[i * d + k] * xh[j * d + k];
-          dP[j] = r(dot);
-          D += ph[i * N + j] * dP[j];
-        }
-        for (int64_t j = 0; j < N; ++j) dS[i * N + j] = r(ph[i * N + j] * (dP[j] - D));
-      }
-      for (int64_t i = 0; i < N; ++i)
-        for (int64_t k = 0; k < d; ++k) {
-          double dv = 0, dq = 0, dk = 0;
-          for (int64_t j = 0; j < N; ++j) {
-            dv += ph[j * N + i] * g[j * d + k];    // dV = Pᵀ dO
-            dq += dS[i * N + j] * xh[j * d + k];   // dQ = scale · dS K
-            dk += dS[j * N + i] * xh[j * d + k];   // dK = scale · dSᵀ Q
-          }
-          double& out = dX[(h * N + i) * d + k];
-          out = r(dv);
-          out = r(out + scale * dq);
-          out = r(out + scale * dk);
-        }
-    }
-    grad = std::move(dX);
-  }
-  return {X[L], grad};
+std::vector<Implementation*> pointers(const std::vector<std::unique_ptr<Implementation>>& implementations) {
+  std::vector<Implementation*> out;
+  for (const auto& implementation : implementations) out.push_back(implementation.get());
+  return out;
 }
 
-// The largest |S_ij| = scale·|X_i·X_j| of the first layer (the layer that sees the raw inputs).
-double max_abs_score(const Problem& p, const std::vector<double>& X0) {
-  const int64_t N = p.seq, d = p.head_dim;
-  const double scale = 1.0 / std::sqrt(double(d));
-  double largest = 0;
-  for (int64_t h = 0; h < p.heads_total(); ++h)
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        double dot = 0;
-        for (int64_t k = 0; k < d; ++k) dot += X0[(h * N + i) * d + k] * X0[(h * N + j) * d + k];
-        largest = std::max(largest, std::fabs(scale * dot));
-      }
-  return largest;
-}
-
-double relative_error(const std::vector<float>& x, const std::vector<double>& ref) {
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double diff = std::fabs(double(x[i]) - ref[i]);
-    max_diff = std::isnan(diff) ? INFINITY : std::max(max_diff, diff);
-    max_ref = std::max(max_ref, std::fabs(ref[i]));
-  }
-  return max_ref > 0 ? max_diff / max_ref : max_diff;
-}
-
+// max |x − ref| / max |ref| of a double result, narrowed as a device's output would be.
 double relative_error(const std::vector<double>& x, const std::vector<double>& ref) {
-  return relative_error(std::vector<float>(x.begin(), x.end()), ref);
+  const std::vector<float> narrowed(x.begin(), x.end());
+  return max_relative_error(narrowed, ref);
 }
 
 struct Case {
@@ -184,23 +87,28 @@ TEST_P(CudaVsFloat64, StackMatchesReference) {
   std::mt19937_64 generator(0x5eed ^ uint64_t(c.seq * 131 + c.head_dim * 7 + int(c.dtype) * 3 + c.causal));
   std::normal_distribution<double> normal(0.0, 1.0);
   std::vector<float> X0(problem.qkv_elements()), dO(problem.qkv_elements());
-  for (float& x : X0) x = float(round_to(c.input_scale * normal(generator), c.dtype));
-  for (float& x : dO) x = float(round_to(normal(generator), c.dtype));
+  for (float& x : X0) x = float(round_to(c.dtype, c.input_scale * normal(generator)));
+  for (float& x : dO) x = float(round_to(c.dtype, normal(generator)));
   const std::vector<double> X0_exact(X0.begin(), X0.end()), dO_exact(dO.begin(), dO.end());
 
-  const StackOut exact = reference_stack(problem, X0_exact, dO_exact, false);
-  const cuda::StackResult gpu = cuda::run_stack_once(c.variant, problem, X0, dO);
-  const double error = std::max(relative_error(gpu.output, exact.output), relative_error(gpu.input_grad, exact.input_grad));
+  std::unique_ptr<Device> device = open_cuda();
+  std::unique_ptr<Implementation> impl = implementation(std::string(to_string(c.variant)));
+  const Runner::Pass gpu = Runner(*device, RunOptions{}).run_once(problem, *impl, X0, dO);
+
+  const ReferenceShape shape{problem.heads_total(), problem.seq, problem.head_dim, problem.causal};
+  const StackReference exact = reference_stack(shape, problem.layers, X0_exact, dO_exact);
+  const double error = std::max(max_relative_error(gpu.output, exact.output),
+                                max_relative_error(gpu.input_grad, exact.input_grad));
   ASSERT_TRUE(std::isfinite(error)) << "non-finite output or gradient";
 
   // exp(S − LSE) in fp32 carries a relative error of about |S|·2⁻²⁴ whatever the implementation
   // (the exponential's condition number is its argument), so with large logits the bound grows
   // with the largest |S|; for ordinary inputs (|S| ≈ sqrt(d)) the fp32 bar stays 1e-5.
-  const double logit_bound = 8.0 * max_abs_score(problem, X0_exact) * std::ldexp(1.0, -24);
+  const double logit_bound = 8.0 * exact.max_abs_score * std::ldexp(1.0, -24);
   if (c.dtype == Dtype::fp32) {
     EXPECT_LE(error, std::max(1e-5, logit_bound)) << "fp32 error against float64";
   } else {
-    const StackOut naive = reference_stack(problem, X0_exact, dO_exact, true);
+    const StackReference naive = reference_stack(shape, problem.layers, X0_exact, dO_exact, c.dtype);
     const double naive_error = std::max(relative_error(naive.output, exact.output),
                                         relative_error(naive.input_grad, exact.input_grad));
     EXPECT_LE(error, 3.0 * naive_error + logit_bound + 1e-6)
@@ -230,15 +138,17 @@ INSTANTIATE_TEST_SUITE_P(Gpu, CudaVsFloat64, testing::ValuesIn(all_cases()), cas
 RunOptions quick_options() {
   RunOptions options;
   options.sampling.warmup = 1;
+  options.sampling.warmup_ms = 0;
   options.sampling.min_samples = 5;
   options.sampling.max_samples = 5;
   options.sampling.max_time_s = 1.0;
   return options;
 }
 
-// The ledger's measured peak, split and kept bytes equal the CUDA model's closed form; the pool's
-// own high-water mark is at least the tracked peak.
-TEST(CudaBackend, MeasuredMemoryMatchesModel) {
+// The ledger's measured peak, split and kept bytes equal the generic model fed by each
+// implementation's costs and the GPU's parameters; the pool's own high-water mark is at least the
+// tracked peak; every row is checked against float64 and passes.
+TEST(CudaDevice, MeasuredMemoryMatchesModel) {
   SKIP_WITHOUT_CUDA_DEVICE();
   Problem problem;
   problem.batch = 2;
@@ -248,12 +158,14 @@ TEST(CudaBackend, MeasuredMemoryMatchesModel) {
   problem.layers = 3;
   problem.causal = true;
   problem.dtype = Dtype::bf16;
-  std::unique_ptr<Backend> backend = make_cuda_backend();
-  const std::vector<Row> rows = backend->run(problem, kAllVariants, quick_options());
+  std::unique_ptr<Device> device = open_cuda();
+  const auto implementations = select_implementations(cuda_entry(), {"standard", "v1", "v2", "checkpoint"});
+  const std::vector<Row> rows = Runner(*device, quick_options()).run(problem, pointers(implementations));
   ASSERT_EQ(rows.size(), kAllVariants.size());
   for (const Row& row : rows) {
-    SCOPED_TRACE(std::string(to_string(row.variant)));
+    SCOPED_TRACE(row.implementation());
     ASSERT_EQ(row.status, Status::ok) << row.reason;
+    EXPECT_EQ(row.backend, "cuda");
     ASSERT_TRUE(row.model.has_value());
     EXPECT_EQ(row.measured.peak_bytes, row.model->peak_bytes);
     EXPECT_EQ(row.measured.kept_bytes, row.model->kept_bytes);
@@ -265,39 +177,186 @@ TEST(CudaBackend, MeasuredMemoryMatchesModel) {
     EXPECT_EQ(row.fwd.count(), 5);
     EXPECT_GT(row.fwd.median_ms, 0.0);
     EXPECT_GT(row.bwd.median_ms, 0.0);
-    EXPECT_EQ(row.device.empty(), false);
-    if (row.variant != Variant::standard) {
-      ASSERT_TRUE(row.check.has_value());
-      EXPECT_EQ(row.check->reference, "standard");
-      EXPECT_TRUE(row.check->passed()) << row.check->max_rel_err;
-    }
+    EXPECT_FALSE(row.device.empty());
+    ASSERT_TRUE(row.check.has_value()) << row.not_checked;
+    EXPECT_EQ(row.check->reference, "float64");
+    EXPECT_TRUE(row.check->passed()) << row.check->max_rel_err << " > " << row.check->tolerance;
   }
 }
 
-// A memory limit below standard's N×N but above v2's needs: standard is an `oom` row, v2 runs.
-TEST(CudaBackend, OutOfMemoryBecomesARow) {
+// A memory limit between v2's and standard's modelled peaks: the pre-flight skips standard, saying
+// what it needs, before allocating anything; v2 runs.
+TEST(CudaDevice, WhatDoesNotFitIsSkipped) {
   SKIP_WITHOUT_CUDA_DEVICE();
   Problem problem;
   problem.heads = 4;
   problem.seq = 2048;
   problem.head_dim = 64;
   problem.dtype = Dtype::bf16;
-  const cuda::CudaModelParams params;  // only the v2 peak matters for choosing the limit
+  std::unique_ptr<Device> device = open_cuda();
+  const ModelParams params = device->model_params(problem);
+  const auto implementations = select_implementations(cuda_entry(), {"standard", "v2"});
+  auto model_peak = [&](const Implementation& implementation) {
+    return model_memory(problem, implementation.variant(), implementation.costs(problem, params), params).peak_bytes;
+  };
+  const int64_t standard_peak = model_peak(*implementations[0]);
+  const int64_t v2_peak = model_peak(*implementations[1]);
+  ASSERT_LT(v2_peak, standard_peak);
   RunOptions options = quick_options();
-  options.mem_limit_bytes = cuda::model_memory_cuda(problem, Variant::v2, {params.blas_workspace_bytes, 4}).peak_bytes;
-  ASSERT_LT(options.mem_limit_bytes, cuda::model_memory_cuda(problem, Variant::standard, {params.blas_workspace_bytes, 1}).peak_bytes);
-  std::unique_ptr<Backend> backend = make_cuda_backend();
-  const std::vector<Variant> variants = {Variant::standard, Variant::v2};
-  const std::vector<Row> rows = backend->run(problem, variants, options);
+  options.mem_limit_bytes = v2_peak + (standard_peak - v2_peak) / 2;
+  const std::vector<Row> rows = Runner(*device, options).run(problem, pointers(implementations));
   ASSERT_EQ(rows.size(), 2u);
-  EXPECT_EQ(rows[0].status, Status::oom);
-  EXPECT_FALSE(rows[0].reason.empty());
+  EXPECT_EQ(rows[0].status, Status::skipped);
+  EXPECT_NE(rows[0].reason.find("needs"), std::string::npos) << rows[0].reason;
   EXPECT_EQ(rows[1].status, Status::ok) << rows[1].reason;
+  EXPECT_EQ(rows[1].measured.peak_bytes, v2_peak);
 }
 
-TEST(CudaBackend, AskingWithoutADeviceIsAUsageError) {
+// OutOfMemory where the run cannot go on, and the device usable afterwards: a ledger limit below the
+// cuBLAS workspace refuses the space itself; a limit below standard's peak stops its layer stack
+// midway; the GPU refusing an impossible size is OutOfMemory too, not a sticky CUDA error.
+TEST(CudaDevice, OutOfMemoryLeavesTheDeviceUsable) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  Problem problem;
+  problem.heads = 4;
+  problem.seq = 1024;
+  problem.head_dim = 64;
+  problem.dtype = Dtype::bf16;
+  std::unique_ptr<Device> device = open_cuda();
+  std::unique_ptr<Implementation> standard = implementation("standard");
+  const int64_t elements = problem.qkv_elements();
+  const int64_t x_bytes = elements * element_bytes(problem.dtype);
+
+  {
+    MemoryLedger ledger(1 << 20);
+    EXPECT_THROW(device->open_space(ledger), OutOfMemory);
+    EXPECT_EQ(ledger.live().total(), 0);
+  }
+  {
+    // Room for the cuBLAS workspace, X0 and the first layer's output, not for its kept P.
+    const int64_t p_bytes = problem.score_elements() * element_bytes(problem.dtype);
+    MemoryLedger ledger(device->model_params(problem).persistent_workspace_bytes + 2 * x_bytes + p_bytes / 2);
+    std::unique_ptr<MemorySpace> space = device->open_space(ledger);
+    RawBuffer X0(*space, Tag::input, x_bytes);
+    device->fill_normal(problem.dtype, X0.data(), elements, 1);
+    LayerStack stack(problem, *standard, *device, *space);
+    EXPECT_THROW(stack.forward(X0.data()), OutOfMemory);
+  }
+  {
+    MemoryLedger ledger;
+    std::unique_ptr<MemorySpace> space = device->open_space(ledger);
+    const int64_t more_than_free = device->available_bytes().value_or(0) + (int64_t{16} << 30);
+    EXPECT_THROW((RawBuffer(*space, Tag::workspace, more_than_free)), OutOfMemory);
+    EXPECT_EQ(ledger.live().total(), device->model_params(problem).persistent_workspace_bytes);
+    device->synchronize();
+  }
+  std::vector<float> X0(elements, 0.5f), dO(elements, 0.25f);
+  const Runner::Pass pass = Runner(*device, RunOptions{}).run_once(problem, *standard, X0, dO);
+  EXPECT_TRUE(std::all_of(pass.output.begin(), pass.output.end(), [](float x) { return std::isfinite(x); }));
+}
+
+// A variant run without standard beside it is still checked, against the float64 reference.
+TEST(CudaDevice, AVariantAloneIsCheckedAgainstFloat64) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  Problem problem;
+  problem.heads = 2;
+  problem.seq = 256;
+  problem.head_dim = 64;
+  problem.layers = 2;
+  problem.dtype = Dtype::fp16;
+  std::unique_ptr<Device> device = open_cuda();
+  for (const char* name : {"v1", "v2", "checkpoint"}) {
+    SCOPED_TRACE(name);
+    const auto implementations = select_implementations(cuda_entry(), {name});
+    const std::vector<Row> rows = Runner(*device, quick_options()).run(problem, pointers(implementations));
+    ASSERT_EQ(rows.size(), 1u);
+    ASSERT_EQ(rows[0].status, Status::ok) << rows[0].reason;
+    ASSERT_TRUE(rows[0].check.has_value()) << rows[0].not_checked;
+    EXPECT_EQ(rows[0].check->reference, "float64");
+    EXPECT_TRUE(rows[0].check->passed()) << rows[0].check->max_rel_err << " > " << rows[0].check->tolerance;
+  }
+}
+
+// v2's kernels are built for d = 64 and 128: d = 96 is a skipped v2 row with the reason, and the
+// materialising variants run and pass on the same problem.
+TEST(CudaDevice, UnsupportedHeadDimSkipsOnlyV2) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  Problem problem;
+  problem.heads = 2;
+  problem.seq = 128;
+  problem.head_dim = 96;
+  problem.dtype = Dtype::bf16;
+  std::unique_ptr<Device> device = open_cuda();
+  const auto implementations = select_implementations(cuda_entry(), {"standard", "v2", "checkpoint"});
+  const std::vector<Row> rows = Runner(*device, quick_options()).run(problem, pointers(implementations));
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[1].status, Status::skipped);
+  EXPECT_NE(rows[1].reason.find("head_dim"), std::string::npos) << rows[1].reason;
+  for (const Row* row : {&rows[0], &rows[2]}) {
+    SCOPED_TRACE(row->implementation());
+    EXPECT_EQ(row->status, Status::ok) << row->reason;
+    ASSERT_TRUE(row->check.has_value()) << row->not_checked;
+    EXPECT_TRUE(row->check->passed());
+  }
+}
+
+// The metadata block and the row annotation name the GPU.
+TEST(CudaDevice, DescribesTheGpu) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  std::unique_ptr<Device> device = open_cuda();
+  nlohmann::ordered_json meta;
+  device->describe(meta);
+  ASSERT_TRUE(meta.contains("gpu"));
+  for (const char* key : {"name", "compute_capability", "memory_bytes", "multiprocessors", "l2_bytes",
+                          "driver_version", "runtime_version"})
+    EXPECT_TRUE(meta["gpu"].contains(key)) << key;
+  Row row;
+  device->annotate(row);
+  EXPECT_EQ(row.device, meta["gpu"]["name"].get<std::string>());
+  EXPECT_EQ(device->cache_flush_bytes(), 2 * meta["gpu"]["l2_bytes"].get<int64_t>());
+}
+
+// ---- without a GPU ----
+
+TEST(CudaDevice, OpeningWithoutADeviceIsAUsageError) {
   if (cuda::device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
-  EXPECT_THROW(make_cuda_backend(), UsageError);
+  EXPECT_THROW(open_cuda(), UsageError);
+}
+
+// The model of the GPU answers without one: the cuBLAS workspace, gradients in the storage dtype,
+// 1 to 4 input sets, and each variant's per-layer workspace in closed form.
+TEST(CudaDevice, ModelAnswersWithoutOpeningTheDevice) {
+  Problem problem;
+  problem.batch = 2;
+  problem.heads = 4;
+  problem.seq = 512;
+  problem.head_dim = 64;
+  problem.dtype = Dtype::bf16;
+  const ModelParams params = cuda_entry().offline_params(problem, DeviceOptions{});
+  EXPECT_EQ(params.persistent_workspace_bytes, int64_t{32} << 20);
+  EXPECT_EQ(params.gradient_element_bytes, 2);
+  EXPECT_GE(params.input_sets, 1);
+  EXPECT_LE(params.input_sets, 4);
+
+  const int64_t s = problem.score_elements() * 2;
+  const int64_t r = problem.row_elements() * 4;
+  const int64_t a = problem.qkv_elements() * 4;
+  struct Expected {
+    const char* name;
+    int64_t forward, backward;
+  };
+  const auto implementations = cuda_entry().implementations();
+  ASSERT_EQ(implementations.size(), 4u);
+  const Expected expected[] = {{"standard", 0, s}, {"v1", s, s}, {"v2", 0, r + a}, {"checkpoint", s, 2 * s}};
+  for (size_t k = 0; k < implementations.size(); ++k) {
+    SCOPED_TRACE(expected[k].name);
+    EXPECT_EQ(implementations[k]->name(), expected[k].name);
+    EXPECT_EQ(to_string(implementations[k]->variant()), expected[k].name);
+    const LayerCosts costs = implementations[k]->costs(problem, params);
+    EXPECT_EQ(costs.forward_workspace_bytes, expected[k].forward);
+    EXPECT_EQ(costs.backward_workspace_bytes, expected[k].backward);
+    EXPECT_EQ(costs.backward_extra_grad_bytes, 0);
+  }
 }
 
 }  // namespace

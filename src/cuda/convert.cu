@@ -2,7 +2,6 @@
 
 #include "element.cuh"
 #include "flashbench/cuda/kernels.hpp"
-#include "layers.hpp"
 
 namespace flashbench::cuda {
 

@@ -1,21 +1,28 @@
-// Compiled into flashbench_core only when the CUDA backend is not built.
-#include "flashbench/backend.hpp"
-#include "flashbench/cuda/stack.hpp"
+// The CUDA device in a build without CUDA: registered all the same (its model answers, see
+// registration.cpp), but it cannot be opened, and opening it explains how to get it.
+#include "attention.hpp"
+#include "flashbench/cuda/device.hpp"
 #include "flashbench/errors.hpp"
 
-namespace flashbench {
+namespace flashbench::cuda {
 
 namespace {
-[[noreturn]] void no_cuda() {
-  throw UsageError("this flashbench was built without CUDA (configure with -DFLASHBENCH_CUDA=ON)");
-}
+constexpr const char* kNotBuilt =
+    "this flashbench was built without CUDA (configure with -DFLASHBENCH_CUDA=ON where nvcc is installed)";
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend() { no_cuda(); }
-
-namespace cuda {
 int device_count() { return 0; }
-StackResult run_stack_once(Variant, const Problem&, const std::vector<float>&, const std::vector<float>&) { no_cuda(); }
-}  // namespace cuda
 
-}  // namespace flashbench
+std::optional<int64_t> l2_bytes_of(int) { return std::nullopt; }
+
+std::unique_ptr<Device> open_device(const DeviceOptions&) { throw UsageError(kNotBuilt); }
+
+std::optional<std::string> CudaAttention::unsupported(const Problem&) const { return std::string(kNotBuilt); }
+
+// Without a device no layer call can be made (open_device throws); these only keep the promise.
+void CudaAttention::forward(LayerCall&, const void*, void*, KeptTensors&) { throw RuntimeFailure(kNotBuilt); }
+void CudaAttention::backward(LayerCall&, const void*, const void*, Gradient, KeptTensors&, void*) {
+  throw RuntimeFailure(kNotBuilt);
+}
+
+}  // namespace flashbench::cuda

@@ -1,81 +1,72 @@
 #pragma once
-// Device memory through the same MemoryLedger as the CPU backend: every buffer comes from one
-// dedicated, stream-ordered cudaMemPool and is recorded under its tag. The pool's own high-water
-// mark (cudaMemPoolAttrUsedMemHigh) is the operating-system-side cross-check of the ledger's peak.
+// Device memory through the same MemoryLedger as every device: each memory space is one dedicated,
+// stream-ordered cudaMemPool, every buffer recorded under its tag. The pool's own high-water mark
+// (cudaMemPoolAttrUsedMemHigh) is the driver-side cross-check of the ledger's peak.
 #include <cstdint>
+#include <optional>
 #include <utility>
+#include <vector>
 
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "flashbench/memory.hpp"
 
 namespace flashbench::cuda {
 
-// Throws RuntimeFailure naming `what` when `status` is not cudaSuccess.
+// Throw RuntimeFailure naming `what` when the status is not success.
 void check_cuda(cudaError_t status, const char* what);
+void check_blas(cublasStatus_t status, const char* what);
 
-class DeviceAllocator {
+// The device's one cuBLAS handle, bound to its stream. Every open memory space lends it a workspace
+// from its own pool, so that cuBLAS's scratch memory is in the ledger (tag workspace); the most
+// recently opened space still open is the one cuBLAS uses, cuBLAS's own workspace when none is.
+class BlasHandle {
  public:
-  DeviceAllocator(MemoryLedger& ledger, int device, cudaStream_t stream);
-  ~DeviceAllocator();
-  DeviceAllocator(const DeviceAllocator&) = delete;
-  DeviceAllocator& operator=(const DeviceAllocator&) = delete;
+  explicit BlasHandle(cudaStream_t stream);
+  ~BlasHandle();
+  BlasHandle(const BlasHandle&) = delete;
+  BlasHandle& operator=(const BlasHandle&) = delete;
 
-  // Stream-ordered allocation from the pool; throws OutOfMemory when the ledger's limit or the
-  // device refuses it.
-  void* allocate(Tag tag, int64_t bytes);
-  void release(void* pointer, Tag tag, int64_t bytes) noexcept;
-
-  MemoryLedger& ledger() const { return *ledger_; }
-  cudaStream_t stream() const { return stream_; }
-
-  int64_t pool_used_high() const;  // [bytes] since the last reset_pool_high()
-  void reset_pool_high();
-  // Hands reserved but unused pool memory back to the device (between variants, after an OOM).
-  void trim();
+  cublasHandle_t get() const { return handle_; }
+  void lend_workspace(void* workspace, int64_t bytes);
+  // Stops using `workspace`, before its memory is freed: cuBLAS goes back to the workspace lent
+  // before it, or to its own.
+  void return_workspace(void* workspace) noexcept;
 
  private:
-  MemoryLedger* ledger_;
+  void use_latest() noexcept;
+  cublasHandle_t handle_ = nullptr;
   cudaStream_t stream_;
-  cudaMemPool_t pool_ = nullptr;
+  std::vector<std::pair<void*, int64_t>> lent_;  // workspace, bytes; the last one is in use
 };
 
-// An owning, tagged, move-only device buffer of `bytes` bytes.
-class DeviceBuffer {
+// A memory space on one GPU: a fresh cudaMemPool, every allocation and release ordered on the
+// device's one stream (so a buffer freed after a kernel that reads it is reused only after that
+// kernel). With `blas`, the space lends cuBLAS a workspace of `blas_workspace_bytes` (tag
+// workspace), allocated when it opens and released when it closes. A space must close before its
+// device (stream, cuBLAS handle) goes away.
+class PoolSpace final : public MemorySpace {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(DeviceAllocator& allocator, Tag tag, int64_t bytes)
-      : allocator_(&allocator), tag_(tag), bytes_(bytes), data_(allocator.allocate(tag, bytes)) {}
-  DeviceBuffer(DeviceBuffer&& other) noexcept { swap(other); }
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
-    DeviceBuffer(std::move(other)).swap(*this);
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { reset(); }
+  PoolSpace(MemoryLedger& ledger, int device, cudaStream_t stream, BlasHandle* blas, int64_t blas_workspace_bytes);
+  ~PoolSpace() override;
 
-  void reset() noexcept {
-    if (data_) allocator_->release(data_, tag_, bytes_);
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-  void* data() const { return data_; }
-  float* as_float() const { return static_cast<float*>(data_); }
-  int64_t bytes() const { return bytes_; }
-  bool empty() const { return data_ == nullptr; }
+  // Throws OutOfMemory when the ledger's limit or the GPU refuses.
+  void* allocate(Tag tag, int64_t bytes) override;
+  void release(void* pointer, Tag tag, int64_t bytes) noexcept override;
+
+  // The pool belongs to this space alone, so its used-memory high-water mark covers exactly what the
+  // ledger counts (the cuBLAS workspace included) plus the pool's rounding of each size: it is
+  // reported as is, comparable with the ledger's total peak.
+  void reset_os_peak() override;
+  std::optional<int64_t> os_peak_bytes() const override;
 
  private:
-  void swap(DeviceBuffer& other) noexcept {
-    std::swap(allocator_, other.allocator_);
-    std::swap(tag_, other.tag_);
-    std::swap(bytes_, other.bytes_);
-    std::swap(data_, other.data_);
-  }
-  DeviceAllocator* allocator_ = nullptr;
-  Tag tag_ = Tag::workspace;
-  int64_t bytes_ = 0;
-  void* data_ = nullptr;
+  void close() noexcept;  // cuBLAS off our workspace, workspace freed, stream drained, pool destroyed
+  cudaStream_t stream_;
+  cudaMemPool_t pool_ = nullptr;
+  BlasHandle* blas_ = nullptr;
+  RawBuffer blas_workspace_;
 };
 
 }  // namespace flashbench::cuda

@@ -61,4 +61,8 @@ void store_from_float(Dtype dtype, const float* src, void* dst, int64_t count, c
 // dst[i] = float(src[i]).
 void load_to_float(Dtype dtype, const void* src, float* dst, int64_t count, cudaStream_t stream);
 
+// `count` standard-normal numbers into dst (storage dtype) from a counter-based generator: element i
+// depends only on (seed, i).
+void fill_normal(Dtype dtype, void* dst, int64_t count, uint64_t seed, cudaStream_t stream);
+
 }  // namespace flashbench::cuda

@@ -1,0 +1,66 @@
+#pragma once
+// The CUDA device's implementations and model parameters, as far as they need no GPU. Internal to
+// src/cuda and free of CUDA headers: registration.cpp (every build) defines the costs and the
+// registration, so that `model --backend cuda` and `fit` answer on a machine without CUDA; what
+// touches the GPU is defined either by attention.cpp and device.cpp (built with CUDA) or by
+// unavailable.cpp (built without).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashbench/harness/device.hpp"
+#include "flashbench/harness/implementation.hpp"
+
+namespace flashbench::cuda {
+
+// The workspace every memory space lends cuBLAS (tag workspace, alive while the space is). [bytes]
+inline constexpr int64_t kBlasWorkspaceBytes = int64_t{32} << 20;
+
+// The L2 size the model assumes when there is no GPU to ask (`model` on a CPU machine): the H200's
+// 60 MiB, the GPU this benchmark is mostly run on. It only decides the number of input sets. [bytes]
+inline constexpr int64_t kAssumedL2Bytes = int64_t{60} << 20;
+
+// How many (X0, dO) input sets the timing loop rotates through so that consecutive samples do not
+// find their inputs in an L2 cache of `l2_bytes`: enough to exceed 2× L2, at most 4.
+int64_t input_sets(const Problem& problem, int64_t l2_bytes);
+
+// The model's parameters of a GPU with an L2 of `l2_bytes`: one "thread" (workspace is per layer
+// call, not per worker), the input sets, the cuBLAS workspace, gradients in the storage dtype.
+ModelParams model_params(const Problem& problem, int64_t l2_bytes);
+
+// One variant's layer on the GPU: cuBLAS and row kernels for the materialising variants (standard,
+// v1, checkpoint), fused tiled kernels for v2. Shapes as in kernels.hpp: X, O, dO, dX [BH, N, d]
+// in the storage dtype (Q = K = V = X).
+class CudaAttention final : public Implementation {
+ public:
+  CudaAttention(Variant variant, std::string summary);
+
+  std::string_view name() const override { return name_; }
+  Variant variant() const override { return variant_; }
+  std::string_view summary() const override { return summary_; }
+  std::optional<std::string> unsupported(const Problem& problem) const override;
+  LayerCosts costs(const Problem& problem, const ModelParams& params) const override;
+
+  void forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) override;
+  void backward(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept, void* dX) override;
+
+ private:
+  std::string name_;
+  Variant variant_;
+  std::string summary_;
+};
+
+// standard, v1, v2, checkpoint: each variant's default, in that order.
+std::vector<std::unique_ptr<Implementation>> implementations();
+
+// ---- defined by device.cpp (with CUDA) or unavailable.cpp (without) ----
+
+// The L2 size of GPU `index` when this build can ask one, nothing otherwise. [bytes]
+std::optional<int64_t> l2_bytes_of(int index);
+
+// The GPU options.index; throws UsageError when there is none (or no CUDA in this build).
+std::unique_ptr<Device> open_device(const DeviceOptions& options);
+
+}  // namespace flashbench::cuda
