@@ -42,7 +42,7 @@ struct GridPoint {
   Dtype dtype = Dtype::fp32;
 };
 
-class ModelMatchesCpu : public testing::TestWithParam<GridPoint> {};
+class ModelMatchesCpu : public ::testing::TestWithParam<GridPoint> {};
 
 TEST_P(ModelMatchesCpu, PeakKeptSplitAndPhase) {
   const GridPoint g = GetParam();
@@ -87,8 +87,8 @@ std::vector<GridPoint> grid() {
   return points;
 }
 
-INSTANTIATE_TEST_SUITE_P(Grid, ModelMatchesCpu, testing::ValuesIn(grid()),
-                         [](const testing::TestParamInfo<GridPoint>& info) {
+INSTANTIATE_TEST_SUITE_P(Grid, ModelMatchesCpu, ::testing::ValuesIn(grid()),
+                         [](const ::testing::TestParamInfo<GridPoint>& info) {
                            const GridPoint& g = info.param;
                            return "B" + std::to_string(g.batch) + "H" + std::to_string(g.heads) + "N" +
                                   std::to_string(g.seq) + "d" + std::to_string(g.head_dim) + "L" +

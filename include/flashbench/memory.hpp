@@ -80,8 +80,9 @@ class MemorySpace {
   virtual void* allocate(Tag tag, int64_t bytes) = 0;  // throws OutOfMemory
   virtual void release(void* pointer, Tag tag, int64_t bytes) noexcept = 0;
 
-  // Start watching the outside view of the peak from what is in use now; the bytes it rose by since
-  // (nullopt where the system cannot tell). [bytes]
+  // The outside view of the peak: restart watching it now; what it saw since (CPU: how far the
+  // resident set's high-water mark rose; CUDA: the pool's own high-water mark, which covers this
+  // space alone). nullopt where the system cannot tell. [bytes]
   virtual void reset_os_peak() {}
   virtual std::optional<int64_t> os_peak_bytes() const { return std::nullopt; }
 

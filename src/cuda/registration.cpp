@@ -15,7 +15,7 @@ int64_t input_sets(const Problem& problem, int64_t l2_bytes) {
 }
 
 ModelParams model_params(const Problem& problem, int64_t l2_bytes) {
-  return ModelParams{.threads = 1,
+  return ModelParams{.threads = 0,  // no per-thread workspace on the GPU
                      .input_sets = input_sets(problem, l2_bytes),
                      .persistent_workspace_bytes = kBlasWorkspaceBytes,
                      .gradient_element_bytes = element_bytes(problem.dtype)};

@@ -134,16 +134,28 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
   const ModelParams params = device_.model_params(problem);
   const std::optional<int64_t> limit =
       options_.mem_limit_bytes > 0 ? std::optional<int64_t>(options_.mem_limit_bytes) : device_.available_bytes();
+  // The harness's own buffers live on the host: within the limit where the device's memory is the
+  // host's, within what the host has free otherwise.
+  const std::optional<int64_t> host_available = device_.shares_host_memory() ? limit : available_memory_bytes();
   ReferencePlan plan = plan_reference(problem, options_);
-  if (plan.kind != ReferencePlan::Kind::none && limit && plan.working_bytes + input_bytes(problem) > *limit) {
-    const std::string why = fmt::format("the float64 reference and one input set need {}, more than the {} available",
-                                        format_bytes(plan.working_bytes + input_bytes(problem)), format_bytes(*limit));
-    plan = ReferencePlan{};
-    plan.not_checked = why;
+  if (plan.kind != ReferencePlan::Kind::none) {
+    // The reference reads input set 0 as the device filled it: one set on the device, and its
+    // working memory on the host.
+    const int64_t host_need = plan.working_bytes + (device_.shares_host_memory() ? input_bytes(problem) : 0);
+    std::optional<std::string> why;
+    if (host_available && host_need > *host_available)
+      why = fmt::format("the float64 reference needs {} of host memory, {} available", format_bytes(host_need),
+                        format_bytes(*host_available));
+    else if (!device_.shares_host_memory() && limit && input_bytes(problem) > *limit)
+      why = fmt::format("the reference's inputs need {}, {} available", format_bytes(input_bytes(problem)),
+                        format_bytes(*limit));
+    if (why) {
+      plan = ReferencePlan{};
+      plan.not_checked = *why;
+    }
   }
   // What the harness itself holds on the host beside an implementation's buffers.
   const int64_t harness_bytes = plan.kept_bytes + (options_.cold ? device_.cache_flush_bytes() : 0);
-  const std::optional<int64_t> host_available = device_.shares_host_memory() ? limit : available_memory_bytes();
 
   // Pre-flight: every row that will not run is decided before anything is allocated.
   std::vector<Row> rows(implementations.size());
