@@ -6,8 +6,6 @@
 // `not checked`, never passed.
 #include <gtest/gtest.h>
 
-#include <chrono>
-
 #include "flashbench/errors.hpp"
 #include "flashbench/harness/reference.hpp"
 #include "flashbench/harness/runner.hpp"
@@ -26,7 +24,7 @@ class FakeDevice final : public Device {
   std::optional<int64_t> available_bytes() const override { return available; }
   bool shares_host_memory() const override { return true; }
   ModelParams model_params(const Problem&) const override { return {}; }
-  std::unique_ptr<PhaseTimer> timer() override { return std::make_unique<Clock>(); }
+  std::unique_ptr<PhaseTimer> timer() override { return std::make_unique<SteadyClockTimer>(); }
   void synchronize() override {}
   void flush_caches() override {}
   int64_t cache_flush_bytes() const override { return 0; }
@@ -44,22 +42,6 @@ class FakeDevice final : public Device {
   Dtype gradient_dtype(const Problem&) const override { return Dtype::fp32; }
   void describe(nlohmann::ordered_json&) const override {}
   void annotate(Row& row) const override { row.device = "fake"; }
-
- private:
-  class Clock final : public PhaseTimer {
-   public:
-    void mark() override { marks_.push_back(std::chrono::steady_clock::now()); }
-    std::vector<double> intervals_ms() override {
-      std::vector<double> out;
-      for (size_t i = 1; i < marks_.size(); ++i)
-        out.push_back(std::chrono::duration<double, std::milli>(marks_[i] - marks_[i - 1]).count() + 1e-3);
-      marks_.clear();
-      return out;
-    }
-
-   private:
-    std::vector<std::chrono::steady_clock::time_point> marks_;
-  };
 };
 
 enum class Behaviour { correct, wrong, unsupported, greedy, throws };

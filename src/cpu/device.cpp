@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <numbers>
 
@@ -19,21 +18,6 @@
 namespace flashbench {
 namespace cpu {
 namespace {
-
-class SteadyClockTimer final : public PhaseTimer {
- public:
-  void mark() override { marks_.push_back(std::chrono::steady_clock::now()); }
-  std::vector<double> intervals_ms() override {
-    std::vector<double> out;
-    for (size_t i = 1; i < marks_.size(); ++i)
-      out.push_back(std::chrono::duration<double, std::milli>(marks_[i] - marks_[i - 1]).count());
-    marks_.clear();
-    return out;
-  }
-
- private:
-  std::vector<std::chrono::steady_clock::time_point> marks_;
-};
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;

@@ -2,6 +2,7 @@
 // A device: what differs between the machines the harness measures on (the host CPU, a CUDA GPU).
 // The runner (runner.hpp) owns the measuring job; a device only answers these questions. A new
 // device is one folder with a Device, its Implementations and one registration (registry.hpp).
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -26,6 +27,16 @@ class PhaseTimer {
   virtual void mark() = 0;
   // Waits for the work marked so far; the milliseconds between consecutive marks, then forgets them.
   virtual std::vector<double> intervals_ms() = 0;
+};
+
+// A PhaseTimer on the host's steady clock, for devices whose work is done when the call returns.
+class SteadyClockTimer final : public PhaseTimer {
+ public:
+  void mark() override;
+  std::vector<double> intervals_ms() override;
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> marks_;
 };
 
 // Settings a device is opened with.
