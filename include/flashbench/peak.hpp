@@ -1,7 +1,8 @@
 #pragma once
-// The CPU ceilings every CPU result is measured against, taken on this machine in this process:
-// the fp32 FMA rate of a register-only loop and the rate of flashbench's own sgemm on a large square
-// product, both over `threads` OpenMP threads; OpenBLAS's sgemm beside it when the build found it.
+// The CPU ceilings every CPU result is measured against, as data (reports read and write them; the
+// CPU device measures them: cpu/peak.hpp): the fp32 FMA rate of a register-only loop and the rate of
+// flashbench's own sgemm on a large square product, both over `threads` OpenMP threads; OpenBLAS's
+// sgemm beside it when the build found it.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,14 +32,5 @@ struct PeakReport {
   std::string openblas_core;         // the kernel family OpenBLAS chose ("SkylakeX", "Prescott", ...)
   std::vector<ProductRate> products;  // the attention kernels' product shapes at N = 2048, d = 64
 };
-
-// Measures both ceilings with `threads` threads (≤ 0: OpenMP's default) on an n×n×n sgemm,
-// `sgemm_size` = n, then (with `products`) the attention product shapes on one thread. About a
-// second at n = 2048.
-PeakReport measure_peak(int threads, int64_t sgemm_size = 2048, bool products = true);
-
-// The sgemm ceiling "% of peak" is read against: the faster of flashbench's gemm and OpenBLAS's
-// sgemm (medians), so neither GEMM flatters the percentages. [GFLOP/s]
-double sgemm_ceiling(const PeakReport& peak);
 
 }  // namespace flashbench

@@ -7,7 +7,7 @@
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/config.hpp"
 #include "flashbench/errors.hpp"
-#include "flashbench/peak.hpp"
+#include "flashbench/cpu/peak.hpp"
 #include "flashbench/report.hpp"
 
 namespace flashbench::cli {

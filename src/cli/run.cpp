@@ -15,7 +15,7 @@
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/errors.hpp"
-#include "flashbench/peak.hpp"
+#include "flashbench/cpu/peak.hpp"
 #include "flashbench/report.hpp"
 #include "flashbench/sweep.hpp"
 #include "flashbench/units.hpp"

@@ -1,4 +1,4 @@
-#include "flashbench/peak.hpp"
+#include "flashbench/cpu/peak.hpp"
 
 #include <omp.h>
 

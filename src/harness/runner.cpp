@@ -236,6 +236,8 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
       reference_failure = fmt::format("no memory for the reference's inputs: {}", e.what());
     } catch (const std::bad_alloc&) {
       reference_failure = "the system refused the float64 reference's memory";
+    } catch (const RuntimeFailure& e) {
+      reference_failure = fmt::format("the reference's inputs could not be made: {}", e.what());
     }
   }
 
