@@ -102,13 +102,11 @@ uint64_t problem_seed(const RunOptions& options, const Problem& problem) {
   return options.seed ^ std::hash<std::string>{}(problem.describe());
 }
 
-}  // namespace
-
 // The exact and the naive results on the plan's part of the problem, and the judgement.
-struct Runner::Reference {
+struct Reference {
   ReferencePlan plan;
-  std::vector<double> output, input_grad;              // exact
-  std::optional<double> naive_error;                   // the naive computation's error against them
+  std::vector<double> output, input_grad;  // exact
+  std::optional<double> naive_error;       // the naive computation's error against them
   double max_abs_score = 0;
 
   // FlashAttention's bar: the error may be a small multiple of that of the same computation done
@@ -127,204 +125,237 @@ struct Runner::Reference {
   }
 };
 
-Runner::Runner(Device& device, RunOptions options) : device_(device), options_(std::move(options)) {}
+// What a run decides about a problem before anything is allocated.
+struct Setting {
+  ModelParams params;
+  std::optional<int64_t> limit;           // the device's memory a run may use [bytes]
+  std::optional<int64_t> host_available;  // the host's, for the harness's own buffers [bytes]
+  ReferencePlan reference;
+  uint64_t seed = 0;                      // of input set 0; set k uses seed + 2k (X0), + 2k + 1 (dO)
+  int64_t host_bytes = 0;                 // what the harness holds on the host beside a run [bytes]
+  int64_t device_bytes = 0;               // ... and on the device, outside the ledger [bytes]
+};
 
-std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* const> implementations) {
-  validate(problem);
-  const ModelParams params = device_.model_params(problem);
-  const std::optional<int64_t> limit =
-      options_.mem_limit_bytes > 0 ? std::optional<int64_t>(options_.mem_limit_bytes) : device_.available_bytes();
+Setting settle(Device& device, const RunOptions& options, const Problem& problem) {
+  Setting s;
+  s.params = device.model_params(problem);
+  s.limit = options.mem_limit_bytes > 0 ? std::optional<int64_t>(options.mem_limit_bytes) : device.available_bytes();
   // The harness's own buffers live on the host: within the limit where the device's memory is the
   // host's, within what the host has free otherwise.
-  const std::optional<int64_t> host_available = device_.shares_host_memory() ? limit : available_memory_bytes();
-  ReferencePlan plan = plan_reference(problem, options_);
-  if (plan.kind != ReferencePlan::Kind::none) {
+  s.host_available = device.shares_host_memory() ? s.limit : available_memory_bytes();
+  s.seed = problem_seed(options, problem);
+  s.reference = plan_reference(problem, options);
+  if (s.reference.kind != ReferencePlan::Kind::none) {
     // The reference reads input set 0 as the device filled it: one set on the device, and its
     // working memory on the host.
-    const int64_t host_need = plan.working_bytes + (device_.shares_host_memory() ? input_bytes(problem) : 0);
+    const int64_t host_need = s.reference.working_bytes + (device.shares_host_memory() ? input_bytes(problem) : 0);
     std::optional<std::string> why;
-    if (host_available && host_need > *host_available)
+    if (s.host_available && host_need > *s.host_available)
       why = fmt::format("the float64 reference needs {} of host memory, {} available", format_bytes(host_need),
-                        format_bytes(*host_available));
-    else if (!device_.shares_host_memory() && limit && input_bytes(problem) > *limit)
+                        format_bytes(*s.host_available));
+    else if (!device.shares_host_memory() && s.limit && input_bytes(problem) > *s.limit)
       why = fmt::format("the reference's inputs need {}, {} available", format_bytes(input_bytes(problem)),
-                        format_bytes(*limit));
+                        format_bytes(*s.limit));
     if (why) {
-      plan = ReferencePlan{};
-      plan.not_checked = *why;
+      s.reference = ReferencePlan{};
+      s.reference.not_checked = *why;
     }
   }
-  // What the harness itself holds on the host beside an implementation's buffers.
-  const int64_t harness_bytes = plan.kept_bytes + (options_.cold ? device_.cache_flush_bytes() : 0);
+  s.host_bytes = s.reference.kept_bytes;
+  s.device_bytes = options.cold ? device.cache_flush_bytes() : 0;
+  return s;
+}
 
-  // Pre-flight: every row that will not run is decided before anything is allocated.
+// A row for each implementation, and `skipped` for those that cannot or must not run: unsupported,
+// or a modelled peak (with the harness's own buffers beside it) over what is available.
+std::vector<Row> preflight(Device& device, const RunOptions& options, const Problem& problem,
+                           std::span<Implementation* const> implementations, const Setting& s) {
   std::vector<Row> rows(implementations.size());
-  bool any_runnable = false;
   for (size_t k = 0; k < implementations.size(); ++k) {
-    Implementation& implementation = *implementations[k];
+    const Implementation& implementation = *implementations[k];
     Row& row = rows[k];
-    row.backend = std::string(device_.name());
+    row.backend = std::string(device.name());
     row.variant = implementation.variant();
     row.impl = std::string(implementation.name());
     row.problem = problem;
-    row.cold = options_.cold;
-    device_.annotate(row);
+    row.cold = options.cold;
+    device.annotate(row);
     implementation.annotate(row);
     if (auto why = implementation.unsupported(problem)) {
       row.status = Status::skipped;
       row.reason = *why;
       continue;
     }
-    row.model = model_memory(problem, implementation.variant(), implementation.costs(problem, params), params);
-    const int64_t device_need = row.model->peak_bytes + (device_.shares_host_memory() ? harness_bytes : 0);
+    row.model = model_memory(problem, implementation.variant(), implementation.costs(problem, s.params), s.params);
+    const int64_t beside = s.device_bytes + (device.shares_host_memory() ? s.host_bytes : 0);
     std::optional<std::string> why;
-    if (limit) why = does_not_fit(device_need, *limit);
-    if (!why && !device_.shares_host_memory() && host_available && harness_bytes > *host_available)
-      why = fmt::format("the harness needs {} of host memory, {} available", format_bytes(harness_bytes),
-                        format_bytes(*host_available));
+    if (s.limit) why = does_not_fit(row.model->peak_bytes + beside, *s.limit);
+    if (why && beside > 0)
+      *why += fmt::format(" (model {} + harness {})", format_bytes(row.model->peak_bytes), format_bytes(beside));
+    if (!why && !device.shares_host_memory() && s.host_available && s.host_bytes > *s.host_available)
+      why = fmt::format("the harness needs {} of host memory, {} available", format_bytes(s.host_bytes),
+                        format_bytes(*s.host_available));
     if (why) {
       row.status = Status::skipped;
       row.reason = *why;
-      if (harness_bytes > 0 && device_.shares_host_memory())
-        row.reason += fmt::format(" (model {} + harness {})", format_bytes(row.model->peak_bytes), format_bytes(harness_bytes));
+    }
+  }
+  return rows;
+}
+
+// The float64 reference on input set 0 as the device filled it, or why there is none.
+std::optional<Reference> make_reference(Device& device, const Problem& problem, const Setting& s,
+                                        std::string& why_not) {
+  const ReferencePlan& plan = s.reference;
+  if (plan.kind == ReferencePlan::Kind::none) {
+    why_not = plan.not_checked;
+    return std::nullopt;
+  }
+  const int64_t elements = problem.qkv_elements();
+  try {
+    MemoryLedger ledger(s.limit.value_or(MemoryLedger::kUnlimited));
+    std::unique_ptr<MemorySpace> space = device.open_space(ledger);
+    RawBuffer X0(*space, Tag::input, elements * element_bytes(problem.dtype));
+    RawBuffer dO(*space, Tag::input, elements * element_bytes(problem.dtype));
+    device.fill_normal(problem.dtype, X0.data(), elements, s.seed);
+    device.fill_normal(problem.dtype, dO.data(), elements, s.seed + 1);
+    Reference r;
+    r.plan = plan;
+    const ReferencePlan whole_heads{ReferencePlan::Kind::stack, plan.heads, {}, {}, 0, 0};
+    const std::vector<float> x_stored = gather(device, X0.data(), problem.dtype, problem, whole_heads);
+    const std::vector<double> x(x_stored.begin(), x_stored.end());
+    if (plan.kind == ReferencePlan::Kind::stack) {
+      const std::vector<float> g_stored = gather(device, dO.data(), problem.dtype, problem, whole_heads);
+      const std::vector<double> g(g_stored.begin(), g_stored.end());
+      const ReferenceShape shape{int64_t(plan.heads.size()), problem.seq, problem.head_dim, problem.causal};
+      StackReference exact = reference_stack(shape, problem.layers, x, g);
+      const StackReference naive = reference_stack(shape, problem.layers, x, g, problem.dtype);
+      r.naive_error = std::max(relative_error(naive.output, exact.output),
+                               relative_error(naive.input_grad, exact.input_grad));
+      r.max_abs_score = exact.max_abs_score;
+      r.output = std::move(exact.output);
+      r.input_grad = std::move(exact.input_grad);
+    } else {
+      r.output = reference_output_rows(problem.seq, problem.head_dim, problem.causal, x, plan.rows, std::nullopt,
+                                       &r.max_abs_score);
+      const std::vector<double> naive = reference_output_rows(problem.seq, problem.head_dim, problem.causal, x,
+                                                              plan.rows, problem.dtype, nullptr);
+      r.naive_error = relative_error(naive, r.output);
+    }
+    return r;
+  } catch (const OutOfMemory& e) {
+    why_not = fmt::format("no memory for the reference's inputs: {}", e.what());
+  } catch (const std::bad_alloc&) {
+    why_not = "the system refused the float64 reference's memory";
+  } catch (const RuntimeFailure& e) {
+    why_not = fmt::format("the reference's inputs could not be made: {}", e.what());
+  }
+  return std::nullopt;
+}
+
+// One implementation, in a fresh memory space behind a fresh ledger: the measured pass (memory,
+// outputs for the check), warm-up and samples under the one stopping rule. Throws what the device
+// or the implementation throws; the caller turns it into the row's status.
+void measure(Device& device, const RunOptions& options, const Problem& problem, Implementation& implementation,
+             const Setting& s, const std::optional<Reference>& reference, Row& row) {
+  const int64_t elements = problem.qkv_elements();
+  MemoryLedger ledger(s.limit.value_or(MemoryLedger::kUnlimited));
+  std::unique_ptr<MemorySpace> space = device.open_space(ledger);
+  space->reset_os_peak();
+  ledger.set_phase(Phase::setup);
+  std::vector<RawBuffer> X0, dO;
+  for (int64_t set = 0; set < s.params.input_sets; ++set) {
+    X0.emplace_back(*space, Tag::input, elements * element_bytes(problem.dtype));
+    dO.emplace_back(*space, Tag::input, elements * element_bytes(problem.dtype));
+    device.fill_normal(problem.dtype, X0.back().data(), elements, s.seed + 2 * uint64_t(set));
+    device.fill_normal(problem.dtype, dO.back().data(), elements, s.seed + 2 * uint64_t(set) + 1);
+  }
+  LayerStack stack(problem, implementation, device, *space);
+  std::unique_ptr<PhaseTimer> timer = device.timer();
+  inject_failure(implementation);
+
+  // The measured pass: memory (the ledger and the outside view) and the outputs for the check.
+  device.synchronize();
+  ledger.reset_peaks();
+  if (options.cold) device.flush_caches();
+  ledger.set_phase(Phase::fwd);
+  timer->mark();
+  stack.forward(X0[0].data());
+  timer->mark();
+  std::vector<float> output, input_grad;
+  if (reference) output = gather(device, stack.output(), problem.dtype, problem, reference->plan);
+  row.measured.kept_bytes = ledger.live()[Tag::kept];
+  ledger.set_phase(Phase::bwd);
+  timer->mark();
+  RawBuffer dX0 = stack.backward(X0[0].data(), dO[0].data());
+  timer->mark();
+  device.synchronize();
+  if (reference && reference->plan.kind == ReferencePlan::Kind::stack)
+    input_grad = gather(device, dX0.data(), device.gradient_dtype(problem), problem, reference->plan);
+  dX0.reset();
+  row.measured.peak_bytes = ledger.peak_bytes();
+  row.measured.peak_phase = ledger.peak_phase();
+  row.measured.by_tag = ledger.at_peak();
+  row.measured.high_water = ledger.high_water();
+  row.measured.os_peak_bytes = space->os_peak_bytes();
+  const std::vector<double> first = timer->intervals_ms();  // fwd, the capture, bwd
+  if (reference) row.check = reference->judge(problem, output, input_grad);
+
+  // Warm-up (the measured pass counts as the first run), then samples until the median is steady,
+  // rotating input sets so that no sample finds its inputs in a cache.
+  const SamplingPolicy& policy = options.sampling;
+  int warmups_done = 1;
+  double warmup_ms = first[0] + first[2];
+  int64_t next_set = 1;
+  std::vector<double> fwd_ms, bwd_ms;
+  auto sampling_start = std::chrono::steady_clock::now();
+  auto seconds_sampling = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - sampling_start).count();
+  };
+  while (true) {
+    const bool warming_up = needs_more_warmup(policy, warmups_done, warmup_ms);
+    if (!warming_up && !needs_more_samples(policy, {&fwd_ms, &bwd_ms}, seconds_sampling())) break;
+    const int64_t set = next_set++ % s.params.input_sets;
+    if (options.cold) device.flush_caches();
+    ledger.set_phase(Phase::fwd);
+    timer->mark();
+    stack.forward(X0[set].data());
+    timer->mark();
+    ledger.set_phase(Phase::bwd);
+    RawBuffer dX = stack.backward(X0[set].data(), dO[set].data());
+    timer->mark();
+    const std::vector<double> times = timer->intervals_ms();
+    if (warming_up) {
+      ++warmups_done;
+      warmup_ms += times[0] + times[1];
+      if (!needs_more_warmup(policy, warmups_done, warmup_ms)) sampling_start = std::chrono::steady_clock::now();
       continue;
     }
-    any_runnable = true;
+    fwd_ms.push_back(times[0]);
+    bwd_ms.push_back(times[1]);
   }
-  if (!any_runnable) return rows;
+  row.fwd = summarize(std::move(fwd_ms), policy.max_noise);
+  row.bwd = summarize(std::move(bwd_ms), policy.max_noise);
+}
 
-  const uint64_t seed = problem_seed(options_, problem);
-  const int64_t elements = problem.qkv_elements();
-  const int64_t ledger_limit = limit.value_or(MemoryLedger::kUnlimited);
+}  // namespace
 
-  // The float64 reference, once per problem, on input set 0 as the device filled it.
-  std::optional<Reference> reference;
-  std::string reference_failure;
-  if (plan.kind != ReferencePlan::Kind::none) {
-    try {
-      MemoryLedger ledger(ledger_limit);
-      std::unique_ptr<MemorySpace> space = device_.open_space(ledger);
-      RawBuffer X0(*space, Tag::input, elements * element_bytes(problem.dtype));
-      RawBuffer dO(*space, Tag::input, elements * element_bytes(problem.dtype));
-      device_.fill_normal(problem.dtype, X0.data(), elements, seed);
-      device_.fill_normal(problem.dtype, dO.data(), elements, seed + 1);
-      Reference r;
-      r.plan = plan;
-      const ReferencePlan heads_only{ReferencePlan::Kind::stack, plan.heads, {}, {}, 0, 0};
-      const std::vector<float> x_f = gather(device_, X0.data(), problem.dtype, problem, heads_only);
-      const std::vector<double> x(x_f.begin(), x_f.end());
-      if (plan.kind == ReferencePlan::Kind::stack) {
-        const std::vector<float> g_f = gather(device_, dO.data(), problem.dtype, problem, heads_only);
-        const std::vector<double> g(g_f.begin(), g_f.end());
-        const ReferenceShape shape{int64_t(plan.heads.size()), problem.seq, problem.head_dim, problem.causal};
-        StackReference exact = reference_stack(shape, problem.layers, x, g);
-        const StackReference naive = reference_stack(shape, problem.layers, x, g, problem.dtype);
-        r.naive_error = std::max(relative_error(naive.output, exact.output),
-                                 relative_error(naive.input_grad, exact.input_grad));
-        r.max_abs_score = exact.max_abs_score;
-        r.output = std::move(exact.output);
-        r.input_grad = std::move(exact.input_grad);
-      } else {
-        r.output = reference_output_rows(problem.seq, problem.head_dim, problem.causal, x, plan.rows, std::nullopt,
-                                         &r.max_abs_score);
-        const std::vector<double> naive = reference_output_rows(problem.seq, problem.head_dim, problem.causal, x,
-                                                                plan.rows, problem.dtype, nullptr);
-        r.naive_error = relative_error(naive, r.output);
-      }
-      reference = std::move(r);
-    } catch (const OutOfMemory& e) {
-      reference_failure = fmt::format("no memory for the reference's inputs: {}", e.what());
-    } catch (const std::bad_alloc&) {
-      reference_failure = "the system refused the float64 reference's memory";
-    } catch (const RuntimeFailure& e) {
-      reference_failure = fmt::format("the reference's inputs could not be made: {}", e.what());
-    }
-  }
+Runner::Runner(Device& device, RunOptions options) : device_(device), options_(std::move(options)) {}
 
+std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* const> implementations) {
+  validate(problem);
+  const Setting setting = settle(device_, options_, problem);
+  std::vector<Row> rows = preflight(device_, options_, problem, implementations, setting);
+  if (std::none_of(rows.begin(), rows.end(), [](const Row& row) { return row.status == Status::ok; })) return rows;
+
+  std::string why_not_checked;
+  const std::optional<Reference> reference = make_reference(device_, problem, setting, why_not_checked);
   for (size_t k = 0; k < implementations.size(); ++k) {
     Row& row = rows[k];
     if (row.status != Status::ok) continue;
-    if (options_.check && !reference)
-      row.not_checked = plan.kind == ReferencePlan::Kind::none ? plan.not_checked : reference_failure;
-    Implementation& implementation = *implementations[k];
-    MemoryLedger ledger(ledger_limit);
+    if (options_.check && !reference) row.not_checked = why_not_checked;
     try {
-      std::unique_ptr<MemorySpace> space = device_.open_space(ledger);
-      space->reset_os_peak();
-      ledger.set_phase(Phase::setup);
-      std::vector<RawBuffer> X0, dO;
-      for (int64_t set = 0; set < params.input_sets; ++set) {
-        X0.emplace_back(*space, Tag::input, elements * element_bytes(problem.dtype));
-        dO.emplace_back(*space, Tag::input, elements * element_bytes(problem.dtype));
-        device_.fill_normal(problem.dtype, X0.back().data(), elements, seed + 2 * uint64_t(set));
-        device_.fill_normal(problem.dtype, dO.back().data(), elements, seed + 2 * uint64_t(set) + 1);
-      }
-      LayerStack stack(problem, implementation, device_, *space);
-      std::unique_ptr<PhaseTimer> timer = device_.timer();
-      inject_failure(implementation);
-
-      // The measured pass: memory (the ledger and the outside view) and the outputs for the check.
-      device_.synchronize();
-      ledger.reset_peaks();
-      if (options_.cold) device_.flush_caches();
-      ledger.set_phase(Phase::fwd);
-      timer->mark();
-      stack.forward(X0[0].data());
-      timer->mark();
-      std::vector<float> output, input_grad;
-      if (reference) output = gather(device_, stack.output(), problem.dtype, problem, reference->plan);
-      row.measured.kept_bytes = ledger.live()[Tag::kept];
-      ledger.set_phase(Phase::bwd);
-      timer->mark();
-      RawBuffer dX0 = stack.backward(X0[0].data(), dO[0].data());
-      timer->mark();
-      device_.synchronize();
-      if (reference && reference->plan.kind == ReferencePlan::Kind::stack)
-        input_grad = gather(device_, dX0.data(), device_.gradient_dtype(problem), problem, reference->plan);
-      dX0.reset();
-      row.measured.peak_bytes = ledger.peak_bytes();
-      row.measured.peak_phase = ledger.peak_phase();
-      row.measured.by_tag = ledger.at_peak();
-      row.measured.high_water = ledger.high_water();
-      row.measured.os_peak_bytes = space->os_peak_bytes();
-      const std::vector<double> first = timer->intervals_ms();  // fwd, capture, bwd
-      if (reference) row.check = reference->judge(problem, output, input_grad);
-
-      // Warm-up (the measured pass counts as the first run), then samples until the median is
-      // steady, rotating input sets so that no sample finds its inputs in a cache.
-      const SamplingPolicy& policy = options_.sampling;
-      int warmups_done = 1;
-      double warmup_ms = first[0] + first[2];
-      int64_t next_set = 1;
-      std::vector<double> fwd_ms, bwd_ms;
-      auto sampling_start = std::chrono::steady_clock::now();
-      auto seconds_sampling = [&] {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - sampling_start).count();
-      };
-      while (true) {
-        const bool warming_up = needs_more_warmup(policy, warmups_done, warmup_ms);
-        if (!warming_up && !needs_more_samples(policy, {&fwd_ms, &bwd_ms}, seconds_sampling())) break;
-        const int64_t set = next_set++ % params.input_sets;
-        if (options_.cold) device_.flush_caches();
-        ledger.set_phase(Phase::fwd);
-        timer->mark();
-        stack.forward(X0[set].data());
-        timer->mark();
-        ledger.set_phase(Phase::bwd);
-        RawBuffer dX = stack.backward(X0[set].data(), dO[set].data());
-        timer->mark();
-        const std::vector<double> times = timer->intervals_ms();
-        if (warming_up) {
-          ++warmups_done;
-          warmup_ms += times[0] + times[1];
-          if (!needs_more_warmup(policy, warmups_done, warmup_ms)) sampling_start = std::chrono::steady_clock::now();
-          continue;
-        }
-        fwd_ms.push_back(times[0]);
-        bwd_ms.push_back(times[1]);
-      }
-      row.fwd = summarize(std::move(fwd_ms), policy.max_noise);
-      row.bwd = summarize(std::move(bwd_ms), policy.max_noise);
+      measure(device_, options_, problem, *implementations[k], setting, reference, row);
       if (row.check && !row.check->passed()) {
         row.status = Status::failed;
         row.reason = fmt::format("outputs differ from {} by {:.2e} (tolerance {:.2e})", row.check->reference,

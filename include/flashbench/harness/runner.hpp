@@ -44,7 +44,6 @@ class Runner {
                 std::span<const float> dO);
 
  private:
-  struct Reference;
   Device& device_;
   RunOptions options_;
 };
