@@ -33,4 +33,8 @@ struct PeakReport {
   std::vector<ProductRate> products;  // the attention kernels' product shapes at N = 2048, d = 64
 };
 
+// The sgemm ceiling "% of peak" is read against: the faster of flashbench's gemm and OpenBLAS's
+// sgemm (medians), so neither GEMM flatters the percentages. [GFLOP/s]
+double sgemm_ceiling(const PeakReport& peak);
+
 }  // namespace flashbench

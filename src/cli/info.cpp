@@ -7,7 +7,7 @@
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/config.hpp"
 #include "flashbench/errors.hpp"
-#include "flashbench/cpu/peak.hpp"
+#include "flashbench/peak.hpp"
 #include "flashbench/report.hpp"
 
 namespace flashbench::cli {
@@ -50,7 +50,6 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
   nlohmann::ordered_json info = make_meta(argv);
   // Every device of this build, opened where it is present (it adds its block, e.g. "gpu"), with
   // its implementations.
-  std::string no_gpu;
   for (const DeviceEntry& entry : registry().devices()) {
     nlohmann::ordered_json device{{"name", entry.name}, {"summary", entry.summary}};
     try {
@@ -59,7 +58,6 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
     } catch (const UsageError& e) {
       device["available"] = false;
       device["why"] = e.what();
-      if (entry.name == "cuda") no_gpu = e.what();
     }
     for (const auto& implementation : entry.implementations())
       device["implementations"].push_back({{"name", implementation->name()},
@@ -70,7 +68,8 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
   info["host"]["simd_cpu"] = cpu_simd();
   info["build"]["simd"] = compiled_simd();
   if (options.threads < 0) throw UsageError(fmt::format("--threads must be at least 1 (got {})", options.threads));
-  if (options.peak) info["peak"] = peak_to_json(measure_peak(options.threads, options.peak_size));
+  if (options.peak)
+    info["peak"] = peak_to_json(registry().device_with_peak().measure_peak(options.threads, options.peak_size, true));
   if (options.format == "json") {
     std::cout << info.dump(2) << "\n";
     return 0;
@@ -93,11 +92,11 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
                gpu.value("compute_capability", "?"), gpu.value("memory_bytes", 0.0) / (1 << 30),
                gpu.value("multiprocessors", 0), gpu.value("driver_version", "?"), gpu.value("runtime_version", "?"));
   } else {
-    fmt::print("GPU          none: {}\n", no_gpu);
+    fmt::print("GPU          none\n");
   }
   for (const auto& device : info["devices"]) {
     fmt::print("backend      {}: {}{}\n", device["name"].get<std::string>(), device["summary"].get<std::string>(),
-               device["available"].get<bool>() ? "" : " (not available here)");
+               device["available"].get<bool>() ? "" : " (not available here: " + device["why"].get<std::string>() + ")");
     for (const auto& implementation : device.value("implementations", nlohmann::ordered_json::array()))
       fmt::print("  --impl {:<12} {}\n", implementation["name"].get<std::string>(),
                  implementation["summary"].get<std::string>());

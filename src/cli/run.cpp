@@ -15,7 +15,7 @@
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/errors.hpp"
-#include "flashbench/cpu/peak.hpp"
+#include "flashbench/peak.hpp"
 #include "flashbench/report.hpp"
 #include "flashbench/sweep.hpp"
 #include "flashbench/units.hpp"
@@ -40,8 +40,8 @@ struct RunFlags {
 
 // The CPU ceilings a run reads its rates against: measured now with the run's threads, or read back
 // from the "peak" object that `info --peak --format json` wrote.
-PeakReport cpu_ceilings(const RunFlags& flags, int threads) {
-  if (flags.measure_peak) return measure_peak(threads, 2048, false);
+PeakReport cpu_ceilings(const RunFlags& flags, const DeviceEntry& entry, int threads) {
+  if (flags.measure_peak) return entry.measure_peak(threads, 2048, false);
   const std::string& path = *flags.peak_file;
   std::ifstream file(path);
   if (!file) throw UsageError(fmt::format("--peak-file: cannot read '{}'", path));
@@ -118,8 +118,10 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   nlohmann::ordered_json meta = make_meta(argv);
   device->describe(meta);
   if (flags.measure_peak || flags.peak_file) {
-    if (entry.name != "cpu") throw UsageError("--peak and --peak-file are for the CPU backend");
-    const PeakReport peak = cpu_ceilings(flags, threads);
+    if (!entry.measure_peak)
+      throw UsageError(fmt::format("--peak and --peak-file are for backends that measure their ceilings ({}), not {}",
+                                   registry().device_with_peak().name, entry.name));
+    const PeakReport peak = cpu_ceilings(flags, entry, threads);
     meta["cpu_peak"] = ceilings_json(peak, flags.measure_peak ? "measured" : *flags.peak_file);
     sgemm_ceiling_gflops = sgemm_ceiling(peak);
   }

@@ -184,6 +184,15 @@ void checkpoint_forward(const LayerShape& s, const Tiling& t, const float* Q, co
 // ---------------------------------------------------------------------------------------------
 // v1 forward: keep S and the row statistics m, l; O accumulated from P tiles [Br, Bc].
 
+// Rows r0..r1 of one head's scores [rows, N] rounded to s.score_storage and widened back.
+[[gnu::noinline]] void round_in_place(const LayerShape& s, float* S_rows, int64_t r0, int64_t r1) {
+  for (int64_t i = r0; i < r1; ++i) {
+    float* row = S_rows + (i - r0) * s.seq;
+    const int64_t visible = visible_columns(s, i);
+    for (int64_t j = 0; j < visible; ++j) row[j] = widen_half(s.score_storage, round_to_half(s.score_storage, row[j]));
+  }
+}
+
 void v1_forward(const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V, float* O,
                 float* S, float* m, float* l, float* workspace) {
   const int64_t N = s.seq, d = s.head_dim, Br = t.row_block, Bc = t.col_block;
@@ -195,11 +204,12 @@ void v1_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
     float* m_rows = m + h * N + r0;
     float* l_rows = l + h * N + r0;
     gemm(Op::none, Op::transpose, rows, columns, d, s.scale, head.Q + r0 * d, d, head.K, d, 0.0f, S_rows, N);
+    // The statistics of S as it will be kept (LayerShape says why), in a pass of its own so that the
+    // statistics loop below stays as tight as in fp32.
+    if (s.score_storage != Dtype::fp32) round_in_place(s, S_rows, r0, r1);
     for (int64_t i = r0; i < r1; ++i) {
-      float* row = S_rows + (i - r0) * N;
+      const float* row = S_rows + (i - r0) * N;
       const int64_t visible = visible_columns(s, i);
-      if (s.score_storage != Dtype::fp32)  // the statistics of S as it will be kept (LayerShape says why)
-        for (int64_t j = 0; j < visible; ++j) row[j] = widen_half(s.score_storage, round_to_half(s.score_storage, row[j]));
       m_rows[i - r0] = row_max(row, visible);
       l_rows[i - r0] = exp_shifted_sum(row, visible, m_rows[i - r0]);
     }

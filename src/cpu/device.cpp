@@ -10,6 +10,7 @@
 
 #include "flashbench/cpu/attention.hpp"
 #include "flashbench/cpu/kept.hpp"
+#include "flashbench/cpu/peak.hpp"
 #include "flashbench/cpu/storage16.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/harness/registry.hpp"
@@ -199,6 +200,7 @@ void register_device_cpu(Registry& registry) {
         return cpu::CpuDevice::params(options.threads > 0 ? options.threads : omp_get_max_threads());
       },
       .implementations = cpu::implementations,
+      .measure_peak = measure_peak,
   });
 }
 

@@ -164,8 +164,6 @@ std::vector<ProductRate> time_attention_products() {
 
 }  // namespace
 
-double sgemm_ceiling(const PeakReport& peak) { return std::max(peak.sgemm_gflops, peak.openblas_gflops.value_or(0.0)); }
-
 PeakReport measure_peak(int threads, int64_t sgemm_size, bool products) {
   PeakReport report;
   report.threads = threads > 0 ? threads : omp_get_max_threads();

@@ -69,6 +69,7 @@ void register_device_cuda(Registry& registry) {
         return cuda::model_params(problem, cuda::l2_bytes_of(options.index).value_or(cuda::kAssumedL2Bytes));
       },
       .implementations = cuda::implementations,
+      .measure_peak = nullptr,  // no measured ceilings: rates stay absolute
   });
 }
 

@@ -17,6 +17,12 @@ const DeviceEntry& Registry::device(std::string_view name) const {
   throw UsageError(fmt::format("unknown backend '{}' (expected {})", name, fmt::join(known, " or ")));
 }
 
+const DeviceEntry& Registry::device_with_peak() const {
+  for (const DeviceEntry& entry : devices_)
+    if (entry.measure_peak) return entry;
+  throw UsageError("no backend of this build measures its ceilings");
+}
+
 std::vector<std::unique_ptr<Implementation>> select_implementations(const DeviceEntry& device,
                                                                     const std::vector<std::string>& names) {
   std::vector<std::unique_ptr<Implementation>> chosen;

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "flashbench/peak.hpp"
 #include "flashbench/report.hpp"
 
@@ -67,5 +69,7 @@ std::optional<PeakReport> peak_from_json(const nlohmann::json& j) {
     }
   return peak;
 }
+
+double sgemm_ceiling(const PeakReport& peak) { return std::max(peak.sgemm_gflops, peak.openblas_gflops.value_or(0.0)); }
 
 }  // namespace flashbench

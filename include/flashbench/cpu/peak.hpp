@@ -9,8 +9,4 @@ namespace flashbench {
 // second at n = 2048.
 PeakReport measure_peak(int threads, int64_t sgemm_size = 2048, bool products = true);
 
-// The sgemm ceiling "% of peak" is read against: the faster of flashbench's gemm and OpenBLAS's
-// sgemm (medians), so neither GEMM flatters the percentages. [GFLOP/s]
-double sgemm_ceiling(const PeakReport& peak);
-
 }  // namespace flashbench

@@ -11,6 +11,7 @@
 
 #include "flashbench/harness/device.hpp"
 #include "flashbench/harness/implementation.hpp"
+#include "flashbench/peak.hpp"
 
 namespace flashbench {
 
@@ -24,6 +25,10 @@ struct DeviceEntry {
   std::function<ModelParams(const Problem&, const DeviceOptions&)> offline_params;
   // Its implementations; the first one of each variant is that variant's default.
   std::function<std::vector<std::unique_ptr<Implementation>>()> implementations;
+  // Measures its compute ceilings with `threads` workers on an n×n×n product (and, with `products`,
+  // the attention kernels' product shapes), for rates read as % of peak; empty where the device
+  // has none to offer.
+  std::function<PeakReport(int threads, int64_t n, bool products)> measure_peak;
 };
 
 class Registry {
@@ -31,6 +36,8 @@ class Registry {
   void add(DeviceEntry entry);
   const DeviceEntry& device(std::string_view name) const;  // throws UsageError naming the known ones
   const std::vector<DeviceEntry>& devices() const { return devices_; }
+  // The first device that measures its ceilings (the CPU); throws UsageError when none does.
+  const DeviceEntry& device_with_peak() const;
 
  private:
   std::vector<DeviceEntry> devices_;
