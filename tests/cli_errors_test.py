@@ -36,6 +36,9 @@ def main():
         (tmp / "not-a-peak.json").write_text('{"peak": {"threads": 2}}')
         np.save(tmp / "int.npy", np.ones((1, 1, 4, 8), dtype=np.int32))
         np.save(tmp / "threed.npy", np.ones((1, 4, 8), dtype=np.float32))
+        nan = np.ones((1, 1, 4, 8), dtype=np.float32)
+        nan[0, 0, 2, 5] = np.nan
+        np.save(tmp / "nan.npy", nan)
         cases = [
             (["run", "--seq", "0"], 2, "--seq"),
             (["run", "--seq", "-5"], 2, "--seq"),
@@ -60,13 +63,18 @@ def main():
               "--out", str(tmp / "o4")], 2, "threed.npy"),
             (["grad", "--variant", "flash", "--q", str(good), "--k", str(good), "--v", str(good), "--do", str(good),
               "--out", str(tmp / "o5")], 2, "flash"),
+            # A NaN in an input is a runtime failure naming the tensor and its first index.
+            (["grad", "--q", str(good), "--k", str(good), "--v", str(good), "--do", str(tmp / "nan.npy"),
+              "--out", str(tmp / "o6")], 1, "--do"),
+            (["grad", "--q", str(tmp / "nan.npy"), "--k", str(good), "--v", str(good), "--do", str(good),
+              "--out", str(tmp / "o7")], 1, "[0, 0, 2, 5]"),
             (["bogus-command"], 2, "bogus"),
         ]
         for args, code, needle in cases:
             expect(args, code, needle, binary)
             checks += 1
         # Failed grad calls leave no output directory contents behind.
-        for name in ("o1", "o2", "o3", "o4", "o5"):
+        for name in ("o1", "o2", "o3", "o4", "o5", "o6", "o7"):
             checks += 1
             leftovers = list((tmp / name).glob("*")) if (tmp / name).exists() else []
             if leftovers:

@@ -2,10 +2,12 @@
 // can check the kernels against NumPy or PyTorch.
 #include <omp.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.hpp"
 #include "flashbench/cpu/kept.hpp"
@@ -25,12 +27,27 @@ struct GradOptions {
   int threads = 0;
 };
 
+// The index of flat element `flat` in an array of `shape`, row-major.
+std::vector<int64_t> unravel(const std::vector<int64_t>& shape, int64_t flat) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t axis = shape.size(); axis-- > 0;) {
+    index[axis] = flat % shape[axis];
+    flat /= shape[axis];
+  }
+  return index;
+}
+
 NpyArray read_operand(const std::string& path, const std::string& flag) {
   NpyArray array = read_npy(path);
   if (array.shape.size() != 4)
     throw UsageError(fmt::format("{} '{}' has {} axes; expected 4: [B, H, N, d]", flag, path, array.shape.size()));
   for (int64_t extent : array.shape)
     if (extent < 1) throw UsageError(fmt::format("{} '{}' has an empty axis", flag, path));
+  // A NaN or Inf would flow through every gradient silently: name the first one instead.
+  for (size_t i = 0; i < array.data.size(); ++i)
+    if (!std::isfinite(array.data[i]))
+      throw RuntimeFailure(fmt::format("{} '{}' holds {} at [{}]", flag, path, array.data[i],
+                                       fmt::join(unravel(array.shape, int64_t(i)), ", ")));
   return array;
 }
 
