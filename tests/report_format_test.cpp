@@ -4,7 +4,10 @@
 #include <fstream>
 #include <sstream>
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "flashbench/errors.hpp"
 #include "flashbench/report.hpp"
@@ -295,6 +298,25 @@ class AtomicWrite : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(directory_); }
   std::filesystem::path directory_;
 };
+
+// A pipe (or a device) named as the output is written into, never replaced by a regular file.
+TEST_F(AtomicWrite, APipeIsWrittenIntoNotReplaced) {
+  const std::string pipe = (directory_ / "pipe").string();
+  ASSERT_EQ(mkfifo(pipe.c_str(), 0600), 0);
+  const int reader = ::open(pipe.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  write_file_atomically(pipe, "rows\n");
+  char buffer[16] = {};
+  const ssize_t n = ::read(reader, buffer, sizeof buffer);
+  ::close(reader);
+  EXPECT_EQ(std::string(buffer, n > 0 ? size_t(n) : 0), "rows\n");
+  EXPECT_TRUE(std::filesystem::is_fifo(pipe)) << "the pipe was replaced";
+}
+
+TEST_F(AtomicWrite, ADirectoryIsRefused) {
+  EXPECT_THROW(write_file_atomically(directory_.string(), "rows\n"), RuntimeFailure);
+  EXPECT_TRUE(std::filesystem::is_directory(directory_));
+}
 
 TEST_F(AtomicWrite, ReplacesTheFileAndLeavesNoTemporary) {
   const std::string path = (directory_ / "out.json").string();

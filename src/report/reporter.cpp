@@ -31,8 +31,42 @@ std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& o
   throw UsageError(fmt::format("unknown --format '{}' (expected {})", format, kReportFormats));
 }
 
+namespace {
+// Writes all of `contents` to `fd`; false (errno set) on a failed write.
+bool write_all(int fd, const std::string& contents) {
+  size_t written = 0;
+  while (written < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    written += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// A path that names something other than a regular file (a pipe, a terminal, a device) is written
+// into as it is: renaming a temporary file over it would replace the pipe or the device node itself.
+void write_in_place(const std::string& path, const std::string& contents) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw RuntimeFailure(fmt::format("cannot write '{}': open ({})", path, std::strerror(errno)));
+  const bool written = write_all(fd, contents);
+  const int write_error = errno;
+  const bool closed = ::close(fd) == 0;
+  if (!written || !closed)
+    throw RuntimeFailure(fmt::format("cannot write '{}': {}", path, std::strerror(written ? errno : write_error)));
+}
+}  // namespace
+
 void write_file_atomically(const std::string& path, const std::string& contents) {
   namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (!error && fs::exists(status) && !fs::is_regular_file(status)) {
+    if (fs::is_directory(status)) throw RuntimeFailure(fmt::format("cannot write '{}': it is a directory", path));
+    return write_in_place(path, contents);
+  }
   const fs::path target(path);
   const fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::string temp = (directory / fmt::format(".{}.XXXXXX", target.filename().string())).string();
@@ -46,15 +80,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
     ::unlink(temp.c_str());
     throw RuntimeFailure(fmt::format("cannot write '{}': {} ({})", path, what, reason));
   };
-  size_t written = 0;
-  while (written < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("write");
-    }
-    written += static_cast<size_t>(n);
-  }
+  if (!write_all(fd, contents)) fail("write");
   // mkstemp creates 0600; results are ordinary files.
   if (::fchmod(fd, 0644) != 0) fail("chmod");
   if (::fsync(fd) != 0) fail("fsync");
