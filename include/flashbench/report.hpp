@@ -56,6 +56,10 @@ class Reporter {
   virtual void begin(const nlohmann::ordered_json& meta) = 0;
   virtual void add(const Row& row) = 0;
   virtual void finish() = 0;
+  // The sweep stopped early (a signal): `not_run` lists the configurations it did not run. Called
+  // before finish(); formats that have a place for it say so (json: meta.complete = false and
+  // meta.not_run), the others keep the rows they have.
+  virtual void mark_incomplete(const nlohmann::ordered_json& not_run);
 };
 
 // format: "table" (aligned, human units; the best variant of each problem marked in colour when

@@ -4,6 +4,8 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -90,6 +92,44 @@ class Destination {
   std::ostringstream buffer_;
 };
 
+// SIGINT or SIGTERM during a sweep: the first asks it to stop after the configuration in hand (its
+// rows and every earlier one are written, marked incomplete); a second ends the process at once,
+// leaving no half-written file (--out is written atomically at the end).
+volatile std::sig_atomic_t stop_signal = 0;
+
+extern "C" void request_stop(int signal_number) {
+  if (stop_signal != 0) {
+    std::signal(signal_number, SIG_DFL);
+    std::raise(signal_number);
+    return;
+  }
+  stop_signal = signal_number;
+}
+
+// Installs request_stop for the lifetime of a sweep and puts the previous handlers back after it.
+class StopOnSignal {
+ public:
+  StopOnSignal() {
+    stop_signal = 0;
+    struct sigaction action {};
+    action.sa_handler = request_stop;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_int_);
+    sigaction(SIGTERM, &action, &previous_term_);
+  }
+  ~StopOnSignal() {
+    sigaction(SIGINT, &previous_int_, nullptr);
+    sigaction(SIGTERM, &previous_term_, nullptr);
+  }
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+  int received() const { return stop_signal; }
+
+ private:
+  struct sigaction previous_int_ {};
+  struct sigaction previous_term_ {};
+};
+
 std::string format_eta(double seconds) {
   if (seconds < 60) return fmt::format("{:.0f}s", seconds);
   return fmt::format("{:.0f}m{:02.0f}s", std::floor(seconds / 60), std::fmod(seconds, 60.0));
@@ -136,7 +176,9 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   const bool progress = isatty(STDERR_FILENO) && problems.size() > 1;
   const auto start = std::chrono::steady_clock::now();
   bool any_failed = false;
-  for (size_t index = 0; index < problems.size(); ++index) {
+  const StopOnSignal stop;
+  size_t finished = 0;
+  for (size_t index = 0; index < problems.size() && !stop.received(); ++index, finished = index) {
     const Problem& problem = problems[index];
     if (progress) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -150,8 +192,19 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     }
   }
   if (progress) fmt::print(stderr, "\r\033[K");
+  if (stop.received()) {
+    nlohmann::ordered_json not_run = nlohmann::ordered_json::array();
+    for (size_t index = finished; index < problems.size(); ++index) not_run.push_back(problems[index].describe());
+    reporter->mark_incomplete(not_run);
+  }
   reporter->finish();
   destination.commit();
+  if (stop.received()) {
+    fmt::print(stderr, "flashbench: stopped by {}: {} of {} configurations finished{}\n",
+               stop.received() == SIGINT ? "SIGINT" : "SIGTERM", finished, problems.size(),
+               flags.out ? fmt::format(", written to '{}'", *flags.out) : "");
+    return 128 + stop.received();
+  }
   return any_failed ? 1 : 0;
 }
 

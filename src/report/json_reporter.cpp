@@ -23,7 +23,11 @@ class JsonReporter final : public Reporter {
     document_["rows"].push_back(row_to_json(row));
     rows_.push_back(row);
   }
+  void mark_incomplete(const nlohmann::ordered_json& not_run) override { not_run_ = not_run; }
   void finish() override {
+    // Whether every configuration of the sweep ran; an interrupted run lists the rest.
+    document_["meta"]["complete"] = not_run_.empty();
+    if (!not_run_.empty()) document_["meta"]["not_run"] = not_run_;
     const SweepSummary summary = summarize_sweep(rows_);
     if (summary.has_scaling()) document_["summary"] = summary.to_json();
     out_ << document_.dump(2) << "\n";
@@ -33,6 +37,7 @@ class JsonReporter final : public Reporter {
  private:
   std::ostream& out_;
   nlohmann::ordered_json document_;
+  nlohmann::ordered_json not_run_;
   std::vector<Row> rows_;
 };
 

@@ -20,6 +20,7 @@
 namespace flashbench {
 
 Reporter::~Reporter() = default;
+void Reporter::mark_incomplete(const nlohmann::ordered_json&) {}
 
 std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& out, bool terminal) {
   using namespace report_detail;
