@@ -6,6 +6,8 @@
 // `not checked`, never passed.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "flashbench/errors.hpp"
 #include "flashbench/harness/reference.hpp"
 #include "flashbench/harness/runner.hpp"
@@ -44,7 +46,7 @@ class FakeDevice final : public Device {
   void annotate(Row& row) const override { row.device = "fake"; }
 };
 
-enum class Behaviour { correct, wrong, unsupported, greedy, throws };
+enum class Behaviour { correct, wrong, unsupported, greedy, throws, nan };
 
 // Computes the layer with the float64 reference itself (so its answers are right by construction),
 // or misbehaves as asked.
@@ -69,6 +71,8 @@ class FakeImplementation final : public Implementation {
     const LayerReference r = layer(call.problem, X, nullptr);
     float* out = static_cast<float*>(O);
     for (size_t e = 0; e < r.O.size(); ++e) out[e] = float(r.O[e]) + (behaviour_ == Behaviour::wrong ? 0.01f : 0.0f);
+    // One NaN at b = 0, h = 1, n = 3, k = 2 (H = 2, N = 13, d = 4).
+    if (behaviour_ == Behaviour::nan) out[(1 * 13 + 3) * 4 + 2] = std::numeric_limits<float>::quiet_NaN();
   }
   void backward(LayerCall& call, const void* X, const void*, Gradient dO, KeptTensors&, void* dX) override {
     const LayerReference r = layer(call.problem, X, static_cast<const float*>(dO.data));
@@ -145,6 +149,21 @@ TEST(Harness, EveryOutcomeIsARowAndTheSweepGoesOn) {
   EXPECT_NE(rows[4].reason.find("too many resources"), std::string::npos) << rows[4].reason;
 
   EXPECT_EQ(rows[5].status, Status::ok) << rows[5].reason;
+}
+
+// A NaN in an output is a failed row naming the tensor and where, checked or not.
+TEST(Harness, ANonFiniteOutputIsAFailedRowNamingWhere) {
+  FakeDevice device;
+  FakeImplementation nan("nan", Behaviour::nan), after("after", Behaviour::correct);
+  for (bool check : {true, false}) {
+    RunOptions options = quick();
+    options.check = check;
+    const std::vector<Row> rows = run(device, small_problem(1), {&nan, &after}, options);
+    EXPECT_EQ(rows[0].status, Status::failed);
+    EXPECT_NE(rows[0].reason.find("the output X_L holds nan at [b=0, h=1, n=3, k=2]"), std::string::npos)
+        << rows[0].reason;
+    EXPECT_EQ(rows[1].status, Status::ok) << rows[1].reason;
+  }
 }
 
 TEST(Harness, WhatDoesNotFitIsSkippedBeforeAnythingRuns) {

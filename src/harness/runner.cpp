@@ -89,6 +89,27 @@ std::vector<float> gather(Device& device, const void* tensor, Dtype dtype, const
   return out;
 }
 
+// Throws RuntimeFailure naming `what` and the [b, h, n, k] of its first NaN or Inf: a non-finite
+// output or gradient is a failure to report where it is, not an error to fold into a check.
+// Reads the tensor in chunks, so the host holds at most 16 MiB of it at a time.
+void require_finite(Device& device, const void* tensor, Dtype dtype, const Problem& p, std::string_view what) {
+  constexpr int64_t kChunk = int64_t{1} << 22;  // [elements]
+  const int64_t total = p.qkv_elements();
+  for (int64_t start = 0; start < total; start += kChunk) {
+    const std::vector<float> part = device.download(tensor, dtype, start, std::min(kChunk, total - start));
+    for (size_t i = 0; i < part.size(); ++i) {
+      if (std::isfinite(part[i])) continue;
+      int64_t e = start + int64_t(i);
+      const int64_t k = e % p.head_dim;
+      e /= p.head_dim;
+      const int64_t n = e % p.seq;
+      e /= p.seq;
+      throw RuntimeFailure(fmt::format("{} holds {} at [b={}, h={}, n={}, k={}]", what, part[i], e / p.heads,
+                                       e % p.heads, n, k));
+    }
+  }
+}
+
 // FLASHBENCH_INJECT_FAILURE=NAME makes implementation NAME fail at its first forward as a kernel
 // failure would (a RuntimeFailure), so that the command line's handling of one can be tested on
 // every device; nothing else reads it.
@@ -282,6 +303,7 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   timer->mark();
   stack.forward(X0[0].data());
   timer->mark();
+  require_finite(device, stack.output(), problem.dtype, problem, "the output X_L");
   std::vector<float> output, input_grad;
   if (reference) output = gather(device, stack.output(), problem.dtype, problem, reference->plan);
   row.measured.kept_bytes = ledger.live()[Tag::kept];
@@ -290,6 +312,7 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   RawBuffer dX0 = stack.backward(X0[0].data(), dO[0].data());
   timer->mark();
   device.synchronize();
+  require_finite(device, dX0.data(), device.gradient_dtype(problem), problem, "the input gradient dX_0");
   if (reference && reference->plan.kind == ReferencePlan::Kind::stack)
     input_grad = gather(device, dX0.data(), device.gradient_dtype(problem), problem, reference->plan);
   dX0.reset();
