@@ -59,11 +59,16 @@ struct Case {
   int64_t head_dim;
   bool causal;
   double input_scale = 1.0;  // > 1 gives large logits: S_ii ≈ input_scale² · sqrt(d)
+  std::string impl = "";     // an implementation other than the variant's default (v2.mma)
+  std::string implementation_name() const { return impl.empty() ? std::string(to_string(variant)) : impl; }
 };
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  std::string name = std::string(to_string(c.variant)) + "_" + std::string(to_string(c.dtype)) + "_N" +
+  std::string implementation = c.implementation_name();
+  for (char& ch : implementation)
+    if (ch == '.') ch = '_';
+  std::string name = implementation + "_" + std::string(to_string(c.dtype)) + "_N" +
                      std::to_string(c.seq) + "_d" + std::to_string(c.head_dim) + (c.causal ? "_causal" : "");
   if (c.input_scale != 1.0) name += "_large_logits";
   return name;
@@ -92,7 +97,7 @@ TEST_P(CudaVsFloat64, StackMatchesReference) {
   const std::vector<double> X0_exact(X0.begin(), X0.end()), dO_exact(dO.begin(), dO.end());
 
   std::unique_ptr<Device> device = open_cuda();
-  std::unique_ptr<Implementation> impl = implementation(std::string(to_string(c.variant)));
+  std::unique_ptr<Implementation> impl = implementation(c.implementation_name());
   const Runner::Pass gpu = Runner(*device, RunOptions{}).run_once(problem, *impl, X0, dO);
 
   const ReferenceShape shape{problem.heads_total(), problem.seq, problem.head_dim, problem.causal};
@@ -129,6 +134,18 @@ std::vector<Case> all_cases() {
       cases.push_back({v, t, 200, 64, false});
       cases.push_back({v, t, 1, 64, true});
       cases.push_back({v, t, 130, 128, false, 4.0});
+    }
+  // v2's tensor-core kernels, the newest (wgmma on Hopper) and the kept mma.sync ones, over a prime
+  // N that spans several 128-row blocks and 64-query tiles with a ragged last one.
+  for (const char* impl : {"v2", "v2.mma"})
+    for (Dtype t : {Dtype::bf16, Dtype::fp16})
+      for (int64_t d : {64, 128})
+        for (bool causal : {false, true}) cases.push_back({Variant::v2, t, 383, d, causal, 1.0, impl});
+  for (Dtype t : {Dtype::bf16, Dtype::fp16})
+    for (int64_t d : {64, 128}) {
+      cases.push_back({Variant::v2, t, 77, d, true, 1.0, "v2.mma"});
+      cases.push_back({Variant::v2, t, 1, d, false, 1.0, "v2.mma"});
+      cases.push_back({Variant::v2, t, 130, d, false, 4.0, "v2.mma"});
     }
   return cases;
 }
@@ -341,17 +358,22 @@ TEST(CudaDevice, ModelAnswersWithoutOpeningTheDevice) {
   const int64_t s = problem.score_elements() * 2;
   const int64_t r = problem.row_elements() * 4;
   const int64_t a = problem.qkv_elements() * 4;
+  const auto implementations = cuda_entry().implementations();
+  ASSERT_EQ(implementations.size(), 5u);
   struct Expected {
     const char* name;
+    const char* variant;
     int64_t forward, backward;
   };
-  const auto implementations = cuda_entry().implementations();
-  ASSERT_EQ(implementations.size(), 4u);
-  const Expected expected[] = {{"standard", 0, s}, {"v1", s, s}, {"v2", 0, r + a}, {"checkpoint", s, 2 * s}};
+  const Expected expected[] = {{"standard", "standard", 0, s},
+                                    {"v1", "v1", s, s},
+                                    {"v2", "v2", 0, r + a},
+                                    {"checkpoint", "checkpoint", s, 2 * s},
+                                    {"v2.mma", "v2", 0, r + a}};
   for (size_t k = 0; k < implementations.size(); ++k) {
     SCOPED_TRACE(expected[k].name);
     EXPECT_EQ(implementations[k]->name(), expected[k].name);
-    EXPECT_EQ(to_string(implementations[k]->variant()), expected[k].name);
+    EXPECT_EQ(to_string(implementations[k]->variant()), expected[k].variant);
     const LayerCosts costs = implementations[k]->costs(problem, params);
     EXPECT_EQ(costs.forward_workspace_bytes, expected[k].forward);
     EXPECT_EQ(costs.backward_workspace_bytes, expected[k].backward);

@@ -95,6 +95,10 @@ void probs_gemm(const Launch& launch, const void* X, void* probs) {
   softmax_rows(launch.shape, probs, probs, nullptr, nullptr, launch.stream);
 }
 
+FlashKernels flash_kernels(CudaAttention::Kernels kernels) {
+  return kernels == CudaAttention::Kernels::mma_sync ? FlashKernels::mma_sync : FlashKernels::best;
+}
+
 }  // namespace
 
 std::optional<std::string> CudaAttention::unsupported(const Problem& problem) const {
@@ -124,7 +128,7 @@ void CudaAttention::forward(LayerCall& call, const void* X, void* O, KeptTensors
       return;
     }
     case Variant::v2:
-      flash_forward(launch.shape, X, X, X, O, kept.get<float>("LSE"), launch.stream);
+      flash_forward(launch.shape, X, X, X, O, kept.get<float>("LSE"), flash_kernels(kernels_), launch.stream);
       return;
     case Variant::checkpoint: {
       RawBuffer probs(launch.space, Tag::workspace, launch.score_bytes());
@@ -156,7 +160,7 @@ void CudaAttention::backward(LayerCall& call, const void* X, const void* O, Grad
       RawBuffer row_dot(launch.space, Tag::workspace, launch.row_bytes());
       RawBuffer accumulator(launch.space, Tag::workspace, launch.qkv_elements() * int64_t(sizeof(float)));
       flash_backward(launch.shape, X, X, X, O, dO.data, kept.get<float>("LSE"), row_dot.as<float>(),
-                     accumulator.as<float>(), launch.stream);
+                     accumulator.as<float>(), flash_kernels(kernels_), launch.stream);
       store_from_float(launch.shape.dtype, accumulator.as<float>(), dX, launch.qkv_elements(), launch.stream);
       return;
     }

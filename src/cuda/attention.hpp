@@ -35,7 +35,12 @@ ModelParams model_params(const Problem& problem, int64_t l2_bytes);
 // in the storage dtype (Q = K = V = X).
 class CudaAttention final : public Implementation {
  public:
+  // Which tensor-core kernels v2 runs in bf16/fp16 (the other variants have one implementation):
+  // the newest for the GPU at hand (wgmma on Hopper), or the earlier mma.sync kernels everywhere.
+  enum class Kernels { newest, mma_sync };
+
   CudaAttention(Variant variant, std::string summary);
+  CudaAttention(Variant variant, std::string name, Kernels kernels, std::string summary);
 
   std::string_view name() const override { return name_; }
   Variant variant() const override { return variant_; }
@@ -49,10 +54,11 @@ class CudaAttention final : public Implementation {
  private:
   std::string name_;
   Variant variant_;
+  Kernels kernels_ = Kernels::newest;
   std::string summary_;
 };
 
-// standard, v1, v2, checkpoint: each variant's default, in that order.
+// standard, v1, v2, checkpoint (each variant's default, in that order), then v2.mma.
 std::vector<std::unique_ptr<Implementation>> implementations();
 
 // ---- defined by device.cpp (with CUDA) or unavailable.cpp (without) ----

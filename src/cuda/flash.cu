@@ -1,4 +1,5 @@
-// v2 entry points: the D pre-pass, and the choice between tensor-core and fp32 kernels.
+// v2 entry points: the D pre-pass, and the choice between the wgmma (Hopper), mma.sync and fp32
+// kernels.
 #include "flash_common.cuh"
 #include "flash_internal.hpp"
 
@@ -6,15 +7,34 @@ namespace flashbench::cuda {
 
 bool flash_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
+namespace {
+
+// flash_wgmma.cu is compiled for sm_90a alone, which runs on compute capability 9.0 only.
+bool current_device_is_hopper() {
+  int device = 0, major = 0, minor = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  return major == 9 && minor == 0;
+}
+
+}  // namespace
+
+bool flash_uses_wgmma(Dtype dtype, FlashKernels kernels) {
+  return dtype != Dtype::fp32 && kernels == FlashKernels::best && current_device_is_hopper();
+}
+
 void flash_forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
-                   cudaStream_t stream) {
+                   FlashKernels kernels, cudaStream_t stream) {
   if (!flash_supports(shape.head_dim)) throw RuntimeFailure("v2 on CUDA supports head_dim 64 and 128");
   if (shape.dtype == Dtype::fp32) return flash_forward_simt(shape, Q, K, V, O, lse, stream);
+  if (flash_uses_wgmma(shape.dtype, kernels)) return flash_forward_wgmma(shape, Q, K, V, O, lse, stream);
   flash_forward_mma(shape, Q, K, V, O, lse, stream);
 }
 
 void flash_backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* O,
-                    const void* dO, const float* lse, float* row_dot, float* accumulator, cudaStream_t stream) {
+                    const void* dO, const float* lse, float* row_dot, float* accumulator, FlashKernels kernels,
+                    cudaStream_t stream) {
   if (!flash_supports(shape.head_dim)) throw RuntimeFailure("v2 on CUDA supports head_dim 64 and 128");
   const int64_t rows = shape.heads_total * shape.seq;
   check_cuda(cudaMemsetAsync(accumulator, 0, sizeof(float) * size_t(rows * shape.head_dim), stream),
@@ -24,6 +44,8 @@ void flash_backward(const LayerShape& shape, const void* Q, const void* K, const
     launch_row_dot<T>(static_cast<const T*>(O), static_cast<const T*>(dO), row_dot, rows, int(shape.head_dim), stream);
   });
   if (shape.dtype == Dtype::fp32) return flash_backward_simt(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
+  if (flash_uses_wgmma(shape.dtype, kernels))
+    return flash_backward_wgmma(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
   flash_backward_mma(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
 }
 

@@ -7,6 +7,20 @@ namespace flashbench::cuda {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// Two floats as one register of two 16-bit values, the first in the low half.
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
 // D_i = Σ_k dO_ik O_ik over the whole row (one warp per row). [BH·N rows, d] -> [BH·N]
 template <class T>
 __global__ void row_dot_kernel(const T* __restrict__ O, const T* __restrict__ dO, float* __restrict__ row_dot,

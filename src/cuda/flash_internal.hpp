@@ -1,6 +1,7 @@
 #pragma once
-// The two implementations behind flash_forward / flash_backward (kernels.hpp): tensor cores for the
-// 16-bit dtypes, plain fp32 arithmetic (no TF32, so fp32 keeps fp32 accuracy) for fp32.
+// The implementations behind flash_forward / flash_backward (kernels.hpp): tensor cores for the
+// 16-bit dtypes — wgmma on Hopper (flash_wgmma.cu, sm_90a), mma.sync elsewhere and as `v2.mma`
+// (flash_mma.cu) — and plain fp32 arithmetic (no TF32, so fp32 keeps fp32 accuracy) for fp32.
 #include "flashbench/cuda/kernels.hpp"
 
 namespace flashbench::cuda {
@@ -9,6 +10,11 @@ void flash_forward_mma(const LayerShape& shape, const void* Q, const void* K, co
                        cudaStream_t stream);
 void flash_backward_mma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
                         const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream);
+
+void flash_forward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
+                         cudaStream_t stream);
+void flash_backward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
+                          const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream);
 
 void flash_forward_simt(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                         cudaStream_t stream);

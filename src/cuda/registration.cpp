@@ -24,6 +24,9 @@ ModelParams model_params(const Problem& problem, int64_t l2_bytes) {
 CudaAttention::CudaAttention(Variant variant, std::string summary)
     : name_(to_string(variant)), variant_(variant), summary_(std::move(summary)) {}
 
+CudaAttention::CudaAttention(Variant variant, std::string name, Kernels kernels, std::string summary)
+    : name_(std::move(name)), variant_(variant), kernels_(kernels), summary_(std::move(summary)) {}
+
 // With s the bytes of one [B,H,N,N] matrix in the storage dtype, r of one [B,H,N] fp32 vector and
 // a of one [B,H,N,d] fp32 tensor, what attention.cpp allocates inside one layer call:
 //   forward   standard 0 (S is computed into the kept P), v1 s (P for O = P·V, S being kept),
@@ -52,9 +55,13 @@ std::vector<std::unique_ptr<Implementation>> implementations() {
   all.push_back(std::make_unique<CudaAttention>(
       Variant::v1, "v1: S and the row statistics m, l kept; P recomputed from them in backward (cuBLAS)"));
   all.push_back(std::make_unique<CudaAttention>(
-      Variant::v2, "v2: fused tiled kernels (tensor cores for bf16/fp16, fp32 SIMT), O and LSE kept"));
+      Variant::v2, "v2: fused tiled kernels (bf16/fp16: wgmma on Hopper, mma.sync elsewhere; fp32 SIMT), O and "
+                   "LSE kept"));
   all.push_back(std::make_unique<CudaAttention>(
       Variant::checkpoint, "checkpoint: nothing kept; S and P recomputed in backward (cuBLAS)"));
+  all.push_back(std::make_unique<CudaAttention>(
+      Variant::v2, "v2.mma", CudaAttention::Kernels::mma_sync,
+      "v2 with the earlier mma.sync kernels on every GPU (FlashAttention-2 style, 8 warps per block)"));
   return all;
 }
 

@@ -44,15 +44,24 @@ void softmax_backward_rows(const LayerShape& shape, const void* probs, void* dpr
 // Head dims the fused kernels are compiled for.
 bool flash_supports(int64_t head_dim);
 
+// Which tensor-core kernels run bf16/fp16: `best` takes wgmma on a Hopper GPU (compute capability
+// 9.0) and mma.sync elsewhere; `mma_sync` keeps the earlier mma.sync kernels everywhere (`v2.mma`,
+// measurable beside `v2`). fp32 always runs the SIMT kernels.
+enum class FlashKernels { best, mma_sync };
+
+// Whether `best` means wgmma on the current device.
+bool flash_uses_wgmma(Dtype dtype, FlashKernels kernels);
+
 // O = attention(Q, K, V) with online softmax; LSE = m + log l per row [BH, N] fp32.
 void flash_forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
-                   cudaStream_t stream);
+                   FlashKernels kernels, cudaStream_t stream);
 
 // Backward, FlashAttention-2 style: a pre-pass D = rowsum(dO ∘ O) [BH, N] into `row_dot`, then one
 // kernel over column blocks recomputing S and P per tile. Adds dQ + dK + dV into `accumulator`
 // (which the pre-pass zeroes): the layer stack only needs their sum, dX.
 void flash_backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* O,
-                    const void* dO, const float* lse, float* row_dot, float* accumulator, cudaStream_t stream);
+                    const void* dO, const float* lse, float* row_dot, float* accumulator, FlashKernels kernels,
+                    cudaStream_t stream);
 
 // --- conversions (src/cuda/convert.cu) ------------------------------------------------------
 

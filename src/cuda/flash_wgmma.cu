@@ -1,0 +1,511 @@
+// v2 on Hopper (sm_90a) for bf16/fp16: FlashAttention forward and backward with warpgroup matrix
+// products (wgmma, hopper.cuh) reading 128-byte-swizzled shared-memory tiles, fp32 accumulators.
+// Compiled for sm_90a alone (src/cuda/CMakeLists.txt); flash.cu calls it on a compute capability 9.0
+// device and keeps the mma.sync kernels (flash_mma.cu) for every other GPU and as `v2.mma`.
+//
+// Forward: a block of 2 warpgroups owns 128 queries (64 each) and walks the K/V tiles of 128 keys,
+// double-buffered by cp.async: S = Q·Kᵀ (both operands from shared memory), online softmax in
+// registers, O += P·V with P straight from the S accumulators as the A operand.
+//
+// Backward (FlashAttention-2's loop order): a block of 2 warpgroups owns 128 keys (64 each) and walks
+// the 64-query tiles that see them (Q, dO, LSE, D double-buffered):
+//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                        (A and B from shared memory)
+//   Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ ∘ (dPᵀ − D)       (registers)
+//   dV += Pᵀ·dO, dK += dSᵀ·Q                        (A from registers, B MN-major from shared memory)
+//   dQ  = dS·K over the block's keys                (dSᵀ through shared memory, both MN-major)
+// Sᵀ and dPᵀ are two commit groups, so the exponentials start while dPᵀ is still on the tensor
+// cores, and dSᵀ is stored for dQ while the dV and dK products run. dQ goes to the fp32
+// accumulator by bulk reductions (cp.reduce.async.bulk, one 256-byte row piece per thread) instead
+// of per-element atomics; dK and dV once at the end.
+#include <cstdint>
+
+#include "flash_common.cuh"
+#include "flash_internal.hpp"
+#include "hopper.cuh"
+
+namespace flashbench::cuda {
+
+namespace {
+
+using namespace hopper;
+
+constexpr int kWarpgroupThreads = 128;
+
+// Accumulator columns 16kk..16kk+15 (registers 8kk..8kk+7) as the A fragment of k-step kk.
+template <class T, int kCount>
+__device__ __forceinline__ void as_a_fragment(uint32_t (&a)[4], const float (&d)[kCount], int kk) {
+  a[0] = pack2<T>(d[8 * kk + 0], d[8 * kk + 1]);
+  a[1] = pack2<T>(d[8 * kk + 2], d[8 * kk + 3]);
+  a[2] = pack2<T>(d[8 * kk + 4], d[8 * kk + 5]);
+  a[3] = pack2<T>(d[8 * kk + 6], d[8 * kk + 7]);
+}
+
+// 2^x by the special-function unit alone (ex2.approx.ftz: relative error ~2⁻²², far below the
+// 16-bit storage's 2⁻⁸..2⁻¹¹; tiny results flush to zero, as P's do after rounding anyway).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Barrier of the 128 threads of one warpgroup (ids 1 and 2; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
+  if (warpgroup == 0)
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kWarpgroupThreads) : "memory");
+  else
+    asm volatile("bar.sync 2, %0;\n" ::"n"(kWarpgroupThreads) : "memory");
+}
+
+// The dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's period).
+__device__ __forceinline__ uint32_t aligned_shared_base(const unsigned char* raw) {
+  return (shared_address(raw) + 1023u) & ~1023u;
+}
+__device__ __forceinline__ unsigned char* generic_at(unsigned char* raw, uint32_t address) {
+  return raw + (address - shared_address(raw));
+}
+
+// ---- forward ---------------------------------------------------------------------------------------
+
+template <int D>
+struct ForwardPlan {
+  static constexpr int kQueries = 128;  // per block: 2 warpgroups × 64 rows
+  static constexpr int kKeys = 128;     // per K/V tile
+  static constexpr int kThreads = 2 * kWarpgroupThreads;
+  using QTile = SwizzledTile<kQueries, D>;
+  using KVTile = SwizzledTile<kKeys, D>;
+  // Q; K and V, two buffers each; slack to reach the first 1024-byte boundary.
+  static constexpr int kSharedBytes = QTile::kBytes + 4 * KVTile::kBytes + 1024;
+};
+
+// grid (ceil(N/128), BH), 256 threads; Q, K, V, O: [BH, N, D]; lse: [BH, N] (natural log).
+template <class T, int D>
+__global__ void __launch_bounds__(256, 1)
+    forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
+                   float* __restrict__ lse, int64_t seq, bool causal, float scale_log2) {
+  using Plan = ForwardPlan<D>;
+  using QTile = typename Plan::QTile;
+  using KVTile = typename Plan::KVTile;
+  extern __shared__ unsigned char shared_raw[];
+  const uint32_t sQ = aligned_shared_base(shared_raw);
+  const uint32_t sK = sQ + QTile::kBytes;      // [2] K/V tiles
+  const uint32_t sV = sK + 2 * KVTile::kBytes;
+
+  // Causal query blocks further down see more keys: launch those first so short ones fill the tail.
+  const int64_t head = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * Plan::kQueries;
+  const int64_t offset = head * seq * D;
+  const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads;
+  const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
+  const int64_t row[2] = {q0 + warpgroup * 64 + warp * 16 + g, q0 + warpgroup * 64 + warp * 16 + g + 8};
+
+  const int64_t last_key = causal ? min(q0 + Plan::kQueries - 1, seq - 1) : seq - 1;
+  const int key_tiles = int(last_key / Plan::kKeys) + 1;
+  load_tile<T, Plan::kQueries, D, Plan::kThreads>(sQ, Q + offset, q0, seq, thread);
+  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sK, K + offset, 0, seq, thread);
+  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sV, V + offset, 0, seq, thread);
+  cp_async_commit();
+
+  float o[D / 2];  // O [64 rows × D] of this warpgroup
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max [log2 units], partial sums
+  for (int j = 0; j < key_tiles; ++j) {
+    const int buffer = j & 1;
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // tile j is in shared memory; nobody still reads the other buffer (tile j − 1)
+    if (j + 1 < key_tiles) {
+      const int64_t next = int64_t(j + 1) * Plan::kKeys;
+      load_tile<T, Plan::kKeys, D, Plan::kThreads>(sK + (buffer ^ 1) * KVTile::kBytes, K + offset, next, seq, thread);
+      load_tile<T, Plan::kKeys, D, Plan::kThreads>(sV + (buffer ^ 1) * KVTile::kBytes, V + offset, next, seq, thread);
+      cp_async_commit();
+    }
+    const uint32_t sKj = sK + buffer * KVTile::kBytes, sVj = sV + buffer * KVTile::kBytes;
+
+    // S = Q·Kᵀ [64 rows × 128 keys]
+    const uint64_t q_desc = opaque(k_major_base<QTile>(sQ, warpgroup * 64));
+    const uint64_t k_desc = k_major_base<KVTile>(sKj, 0), v_desc = mn_major_base<KVTile>(sVj, 0);
+    float s[Plan::kKeys / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      Wgmma<T, Plan::kKeys>::template ss<0, 0>(s, advance(q_desc, k_major_step<QTile>(kk)),
+                                                advance(k_desc, k_major_step<KVTile>(kk)), kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin(s);
+
+    // Scores in log2 units; masked ones (past N, or above the diagonal) -INF. The test is skipped on
+    // interior tiles, where every key exists and every row of the block sees every key.
+    const int64_t k0 = int64_t(j) * Plan::kKeys;
+    const bool interior = k0 + Plan::kKeys <= seq && (!causal || k0 + Plan::kKeys - 1 <= q0);
+    float tile_max[2] = {-INFINITY, -INFINITY};
+    if (interior) {
+#pragma unroll
+      for (int i = 0; i < Plan::kKeys / 2; ++i) s[i] *= scale_log2;
+    } else {
+      const int keys_left = int(min(seq - k0, int64_t(Plan::kKeys)));
+      const int diagonal[2] = {int(row[0] - k0), int(row[1] - k0)};  // last visible local key, causal
+#pragma unroll
+      for (int c = 0; c < Plan::kKeys / 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int local_key = 8 * c + 2 * t + (e & 1);
+          const bool visible = local_key < keys_left && (!causal || local_key <= diagonal[e / 2]);
+          s[4 * c + e] = visible ? s[4 * c + e] * scale_log2 : -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < Plan::kKeys / 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[4 * c + e]);
+    float alpha[2], shift[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      const float new_max = fmaxf(m[h], tile_max[h]);
+      shift[h] = new_max == -INFINITY ? 0.0f : new_max;  // a row with nothing visible yet stays at 0
+      alpha[h] = exp2f(m[h] - shift[h]);
+      m[h] = new_max;
+    }
+    float tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int c = 0; c < Plan::kKeys / 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[4 * c + e] = fast_exp2(s[4 * c + e] - shift[e / 2]);
+        tile_sum[e / 2] += s[4 * c + e];
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + tile_sum[h];
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * c + e] *= alpha[e / 2];
+
+    // O += P·V, P from the S registers, V [keys × D] read MN-major.
+    uint32_t p[Plan::kKeys / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < Plan::kKeys / 16; ++kk) as_a_fragment<T>(p[kk], s, kk);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Plan::kKeys / 16; ++kk)
+      Wgmma<T, D>::template rs<1>(o, p[kk], advance(v_desc, mn_major_step<KVTile>(kk)), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin(o);
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (row[h] >= seq) continue;
+    const float inverse = 1.0f / l[h];
+    T* out = O + offset + row[h] * D;
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c)
+      *reinterpret_cast<uint32_t*>(out + 8 * c + 2 * t) =
+          pack2<T>(o[4 * c + 2 * h] * inverse, o[4 * c + 2 * h + 1] * inverse);
+    if (t == 0) lse[head * seq + row[h]] = (m[h] + log2f(l[h])) * kLn2;
+  }
+}
+
+// ---- backward --------------------------------------------------------------------------------------
+
+template <int D>
+struct BackwardPlan {
+  static constexpr int kKeys = 128;    // per block: 2 warpgroups × 64 keys
+  static constexpr int kQueries = 64;  // per query tile
+  static constexpr int kThreads = 2 * kWarpgroupThreads;
+  using KVTile = SwizzledTile<kKeys, D>;
+  using QTile = SwizzledTile<kQueries, D>;
+  using DsTile = SwizzledTile<kKeys, kQueries>;  // dSᵀ [keys][queries]
+  // dQ of one query tile in fp32, rows padded by 8 floats: a half-warp's 8-byte stores of 4 rows
+  // then land in distinct banks, and each row stays 16-byte aligned for its bulk reduction.
+  static constexpr int kDqLd = D + 8;
+  // D = 128: the warpgroups split dQ's columns, one [64][D] tile; D = 64: they split the keys,
+  // each writing and reducing its own partial tile.
+  static constexpr int kDqParts = D == 64 ? 2 : 1;
+  static constexpr int kKBytes = KVTile::kBytes;
+  static constexpr int kQBytes = QTile::kBytes;
+  static constexpr int kDqBytes = kDqParts * kQueries * kDqLd * 4;
+  // K, V; two buffers each of Q and dO; dSᵀ; dQ; two buffers each of LSE and D [64] fp32; slack.
+  static constexpr int kSharedBytes =
+      2 * kKBytes + 4 * kQBytes + DsTile::kBytes + kDqBytes + 4 * kQueries * 4 + 1024;
+};
+
+// grid (ceil(N/128) key blocks, BH), 256 threads. Adds dQ and dK + dV (unscaled dS) into
+// `accumulator` [BH, N, D] fp32, which the caller zeroed; lse (natural log) and row_dot [BH, N].
+template <class T, int D>
+__global__ void __launch_bounds__(256, 1)
+    backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                    const T* __restrict__ dO, const float* __restrict__ lse, const float* __restrict__ row_dot,
+                    float* __restrict__ accumulator, int64_t seq, bool causal, float scale, float scale_log2) {
+  using Plan = BackwardPlan<D>;
+  using KVTile = typename Plan::KVTile;
+  using QTile = typename Plan::QTile;
+  using DsTile = typename Plan::DsTile;
+  extern __shared__ unsigned char shared_raw[];
+  const uint32_t sK = aligned_shared_base(shared_raw);
+  const uint32_t sV = sK + Plan::kKBytes;
+  const uint32_t sQ = sV + Plan::kKBytes;          // [2]
+  const uint32_t sdO = sQ + 2 * Plan::kQBytes;     // [2]
+  const uint32_t sdS = sdO + 2 * Plan::kQBytes;
+  const uint32_t sDq = sdS + DsTile::kBytes;
+  const uint32_t sLse = sDq + Plan::kDqBytes;      // [2][64] fp32
+  const uint32_t sRowDot = sLse + 2 * Plan::kQueries * 4;
+  float* lse_tile = reinterpret_cast<float*>(generic_at(shared_raw, sLse));
+  float* row_dot_tile = reinterpret_cast<float*>(generic_at(shared_raw, sRowDot));
+  float* dq_tile = reinterpret_cast<float*>(generic_at(shared_raw, sDq));
+  unsigned char* ds_tile = generic_at(shared_raw, sdS);
+
+  const int64_t head = blockIdx.y, k0 = int64_t(blockIdx.x) * Plan::kKeys;
+  const int64_t offset = head * seq * D, row_offset = head * seq;
+  const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads;
+  const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
+  const int key_local[2] = {warpgroup * 64 + warp * 16 + g, warpgroup * 64 + warp * 16 + g + 8};
+  const bool key_inside[2] = {k0 + key_local[0] < seq, k0 + key_local[1] < seq};
+
+  // Causal: queries before k0 see none of these keys.
+  const int64_t first_query = causal ? k0 : 0;
+  const int query_tiles = int((seq - first_query + Plan::kQueries - 1) / Plan::kQueries);
+  auto fetch_query_tile = [&](int it) {
+    const int buffer = it & 1;
+    const int64_t q0 = first_query + int64_t(it) * Plan::kQueries;
+    load_tile<T, Plan::kQueries, D, Plan::kThreads>(sQ + buffer * Plan::kQBytes, Q + offset, q0, seq, thread);
+    load_tile<T, Plan::kQueries, D, Plan::kThreads>(sdO + buffer * Plan::kQBytes, dO + offset, q0, seq, thread);
+    if (thread < Plan::kQueries) {
+      const bool inside = q0 + thread < seq;
+      const int64_t index = row_offset + (inside ? q0 + thread : 0);
+      cp_async_4(sLse + (buffer * Plan::kQueries + thread) * 4, lse + index, inside);
+      cp_async_4(sRowDot + (buffer * Plan::kQueries + thread) * 4, row_dot + index, inside);
+    }
+  };
+  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sK, K + offset, k0, seq, thread);
+  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sV, V + offset, k0, seq, thread);
+  fetch_query_tile(0);
+  cp_async_commit();
+
+  // The threads that reduce dQ into the accumulator: the first 64 of each warpgroup, a row each.
+  const bool reducer = thread % kWarpgroupThreads < Plan::kQueries;
+  float dk[D / 2], dv[D / 2];  // this warpgroup's 64 keys × D
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
+  for (int it = 0; it < query_tiles; ++it) {
+    const int buffer = it & 1;
+    const int64_t q0 = first_query + int64_t(it) * Plan::kQueries;
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // tile it is in shared memory; tile it − 1's buffers are free
+    if (it + 1 < query_tiles) {
+      fetch_query_tile(it + 1);
+      cp_async_commit();
+    }
+    const uint32_t sQi = sQ + buffer * Plan::kQBytes, sdOi = sdO + buffer * Plan::kQBytes;
+    const float* lse_i = lse_tile + buffer * Plan::kQueries;
+    const float* row_dot_i = row_dot_tile + buffer * Plan::kQueries;
+
+    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for this warpgroup's 64 keys × 64 queries, as two groups: the
+    // exponentials of Pᵀ run while dPᵀ is still on the tensor cores.
+    const uint64_t k_desc = opaque(k_major_base<KVTile>(sK, warpgroup * 64));
+    const uint64_t v_desc = opaque(k_major_base<KVTile>(sV, warpgroup * 64));
+    const uint64_t q_desc = k_major_base<QTile>(sQi, 0), do_desc = k_major_base<QTile>(sdOi, 0);
+    float st[32], dpt[32];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      Wgmma<T, 64>::template ss<0, 0>(st, advance(k_desc, k_major_step<KVTile>(kk)),
+                                      advance(q_desc, k_major_step<QTile>(kk)), kk > 0);
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      Wgmma<T, 64>::template ss<0, 0>(dpt, advance(v_desc, k_major_step<KVTile>(kk)),
+                                      advance(do_desc, k_major_step<QTile>(kk)), kk > 0);
+    wgmma_commit();
+    wgmma_wait<1>();
+    pin(st);
+
+    // In the forward pass P_ij = exp(S_ij − LSE_i): here Pᵀ, 0 where masked.
+    // In 32-bit tile coordinates: query q0 + lq exists when lq < queries_left, and sees key
+    // k0 + lk when lk <= lq + diagonal. Interior tiles (every query and key exists, every key is
+    // seen by every query) skip the test.
+    const int queries_left = int(min(seq - q0, int64_t(Plan::kQueries))), diagonal = int(q0 - k0);
+    const bool interior =
+        queries_left == Plan::kQueries && k0 + Plan::kKeys <= seq && (!causal || diagonal >= Plan::kKeys - 1);
+    if (interior) {
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          st[4 * c + e] = fast_exp2(fmaf(st[4 * c + e], scale_log2, -kLog2e * lse_i[8 * c + 2 * t + (e & 1)]));
+    } else {
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int local_query = 8 * c + 2 * t + (e & 1);
+          const bool visible = local_query < queries_left && key_inside[e / 2] &&
+                               (!causal || key_local[e / 2] <= local_query + diagonal);
+          st[4 * c + e] = visible ? fast_exp2(fmaf(st[4 * c + e], scale_log2, -kLog2e * lse_i[8 * c + 2 * t + (e & 1)])) : 0.0f;
+        }
+    }
+    wgmma_wait<0>();
+    pin(dpt);
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) as_a_fragment<T>(pa[kk], st, kk);
+
+    // dSᵀ = Pᵀ ∘ (dPᵀ − D), D_i = rowsum(dO ∘ O) from the pre-pass over the whole row.
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[4 * c + e] = st[4 * c + e] * (dpt[4 * c + e] - row_dot_i[8 * c + 2 * t + (e & 1)]);
+    uint32_t dsa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) as_a_fragment<T>(dsa[kk], dpt, kk);
+    // dV += Pᵀ·dO and dK += dSᵀ·Q (scale applied once at the end), dO and Q read MN-major.
+    const uint64_t do_t_desc = mn_major_base<QTile>(sdOi, 0), q_t_desc = mn_major_base<QTile>(sQi, 0);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      Wgmma<T, D>::template rs<1>(dv, pa[kk], advance(do_t_desc, mn_major_step<QTile>(kk)), 1);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      Wgmma<T, D>::template rs<1>(dk, dsa[kk], advance(q_t_desc, mn_major_step<QTile>(kk)), 1);
+    wgmma_commit();
+
+    // dSᵀ into shared memory for dQ while those run: register pair (c, h) of the fragments is
+    // (key_local[h], queries 8c + 2t, +1); fragment kk = c/2 holds it in a[2·(c%2) + h].
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<uint32_t*>(ds_tile + DsTile::offset(key_local[h], 8 * c + 2 * t)) =
+            dsa[c / 2][2 * (c % 2) + h];
+    fence_proxy_async();
+    if (reducer) bulk_wait_read();  // the last tile's dQ reduction has read its rows
+    __syncthreads();                // all of dSᵀ is written; the dQ tile is free
+
+    // dQ = dS·K: A = dSᵀ [keys][queries] read M-major, B = K [keys][D] read N-major.
+    // D = 128: warpgroup w takes columns 64w..64w+63 over all 128 keys; D = 64: all columns over
+    // its own 64 keys (k-steps 4w..4w+3).
+    constexpr int kDqSteps = D == 128 ? Plan::kKeys / 16 : 4;
+    const int first_step = D == 128 ? 0 : 4 * warpgroup;
+    const uint64_t ds_desc = advance(opaque(mn_major_base<DsTile>(sdS, 0)), mn_major_step<DsTile>(first_step));
+    const uint64_t k_t_desc =
+        advance(opaque(mn_major_base<KVTile>(sK, D == 128 ? warpgroup * 64 : 0)), mn_major_step<KVTile>(first_step));
+    float dq[32];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kDqSteps; ++kk)
+      Wgmma<T, 64>::template ss<1, 1>(dq, advance(ds_desc, mn_major_step<DsTile>(kk)),
+                                      advance(k_t_desc, mn_major_step<KVTile>(kk)), kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin(dq);
+    pin(dk);
+    pin(dv);
+
+    // Each warpgroup writes its part of dQ (D = 128: its 64 columns; D = 64: its own partial tile)
+    // and its first 64 threads reduce one 256-byte row piece each: no block-wide barrier needed.
+    const int part = Plan::kDqParts == 2 ? warpgroup : 0, column0 = Plan::kDqParts == 2 ? 0 : warpgroup * 64;
+    float* dq_part = dq_tile + part * Plan::kQueries * Plan::kDqLd;
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<float2*>(dq_part + (warp * 16 + g + 8 * h) * Plan::kDqLd + column0 + 8 * c + 2 * t) =
+            make_float2(scale * dq[4 * c + 2 * h], scale * dq[4 * c + 2 * h + 1]);
+    fence_proxy_async();
+    warpgroup_barrier(warpgroup);
+    if (reducer) {
+      const int r = thread % kWarpgroupThreads;
+      if (q0 + r < seq)
+        bulk_reduce_add(accumulator + (row_offset + q0 + r) * D + column0,
+                        sDq + uint32_t(((part * Plan::kQueries + r) * Plan::kDqLd + column0) * 4), 64 * 4);
+      bulk_commit();
+    }
+  }
+  if (reducer) bulk_wait();
+
+  // dX rows of this block's keys get dK + dV (other blocks may be adding dQ to the same rows).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!key_inside[h]) continue;
+    float* out = accumulator + (row_offset + k0 + key_local[h]) * D;
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) {
+      atomicAdd(out + 8 * c + 2 * t, scale * dk[4 * c + 2 * h] + dv[4 * c + 2 * h]);
+      atomicAdd(out + 8 * c + 2 * t + 1, scale * dk[4 * c + 2 * h + 1] + dv[4 * c + 2 * h + 1]);
+    }
+  }
+}
+
+// ---- launchers -------------------------------------------------------------------------------------
+
+dim3 block_grid(const LayerShape& shape, int64_t rows_per_block) {
+  if (shape.heads_total > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 heads (B·H)");
+  return dim3(static_cast<unsigned>((shape.seq + rows_per_block - 1) / rows_per_block),
+              static_cast<unsigned>(shape.heads_total));
+}
+
+template <class T, int D>
+void forward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
+                   cudaStream_t stream) {
+  using Plan = ForwardPlan<D>;
+  check_cuda(cudaFuncSetAttribute(forward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  Plan::kSharedBytes),
+             "cudaFuncSetAttribute(forward_kernel)");
+  forward_kernel<T, D><<<block_grid(shape, Plan::kQueries), Plan::kThreads, Plan::kSharedBytes, stream>>>(
+      static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
+      shape.seq, shape.causal, shape.scale * kLog2e);
+  check_launch("forward_kernel (wgmma)");
+}
+
+template <class T, int D>
+void backward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
+                    const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream) {
+  using Plan = BackwardPlan<D>;
+  check_cuda(cudaFuncSetAttribute(backward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  Plan::kSharedBytes),
+             "cudaFuncSetAttribute(backward_kernel)");
+  backward_kernel<T, D><<<block_grid(shape, Plan::kKeys), Plan::kThreads, Plan::kSharedBytes, stream>>>(
+      static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<const T*>(dO), lse,
+      row_dot, accumulator, shape.seq, shape.causal, shape.scale, shape.scale * kLog2e);
+  check_launch("backward_kernel (wgmma)");
+}
+
+template <class T>
+void forward_by_dim(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
+                    cudaStream_t stream) {
+  if (shape.head_dim == 64) return forward_typed<T, 64>(shape, Q, K, V, O, lse, stream);
+  return forward_typed<T, 128>(shape, Q, K, V, O, lse, stream);
+}
+
+template <class T>
+void backward_by_dim(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
+                     const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream) {
+  if (shape.head_dim == 64) return backward_typed<T, 64>(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
+  return backward_typed<T, 128>(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
+}
+
+}  // namespace
+
+void flash_forward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
+                         cudaStream_t stream) {
+  if (shape.dtype == Dtype::bf16) return forward_by_dim<__nv_bfloat16>(shape, Q, K, V, O, lse, stream);
+  return forward_by_dim<__half>(shape, Q, K, V, O, lse, stream);
+}
+
+void flash_backward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
+                          const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream) {
+  if (shape.dtype == Dtype::bf16)
+    return backward_by_dim<__nv_bfloat16>(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
+  return backward_by_dim<__half>(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
+}
+
+}  // namespace flashbench::cuda
