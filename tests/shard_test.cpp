@@ -288,9 +288,14 @@ TEST(MergeResults, RefusesPiecesThatDoNotBelongTogether) {
   EXPECT_NE(refusal({{"a.json", run_a}, {"b.json", run_b}}).find("both hold cpu"), std::string::npos);
   EXPECT_EQ(refusal({{"empty.jsonl", ResultsFile{}}}), "nothing to merge: no input holds a results document");
   ResultsFile tampered = shard1;
-  tampered.meta["sweep"]["plan"][0] = 1 - tampered.meta["sweep"]["plan"][0].get<int>();
+  tampered.meta["sweep"]["settings"]["seed"] = 3;
   EXPECT_NE(refusal({{"a.jsonl", shard0}, {"t.jsonl", tampered}}).find("is not the hash of the sweep it records"),
             std::string::npos);
+  ResultsFile dealt_otherwise = shard1;
+  dealt_otherwise.meta["sweep"]["plan"][0] = 1 - dealt_otherwise.meta["sweep"]["plan"][0].get<int>();
+  EXPECT_EQ(refusal({{"a.jsonl", shard0}, {"b.jsonl", dealt_otherwise}}),
+            fmt::format("'a.jsonl' is shard 0/2 of sweep {0} and 'b.jsonl' shard 1/2 of sweep {0}, dealt differently; "
+                        "not merging", hash0));
 }
 
 TEST(MergeResults, WarnsOnMixedDevicesAndKeepsPeersApart) {

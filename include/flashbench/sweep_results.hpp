@@ -18,7 +18,7 @@ namespace flashbench {
 
 // meta.sweep: the resolved sweep a run belongs to and its share of it (docs/json.md).
 struct SweepRecord {
-  std::string hash;                          // stable_hash of spec, settings, implementations and plan
+  std::string hash;                          // stable_hash of spec, settings and implementations
   nlohmann::ordered_json spec;               // sweep_to_json: expands to the sweep's configurations
   nlohmann::ordered_json settings;           // the run's other choices that decide its rows (seed, check, ...)
   std::vector<std::string> implementations;  // the names run on every configuration, in order
@@ -27,8 +27,8 @@ struct SweepRecord {
   std::vector<Problem> configurations() const;  // expand(spec)
 };
 
-// Deals `configurations` to shard.count shards by modelled cost (`costs`, one per configuration) and
-// hashes the whole. `spec` is the resolved sweep, `settings` what else decides the rows.
+// Deals the sweep's configurations to shard.count shards by modelled cost (`costs`, one per
+// configuration) and hashes the sweep. `spec` is the resolved sweep, `settings` what else decides the rows.
 SweepRecord make_sweep_record(const SweepSpec& spec, nlohmann::ordered_json settings,
                               std::vector<std::string> implementations, const std::vector<double>& costs,
                               Shard shard);
@@ -71,8 +71,9 @@ struct MergeResult {
 // rows follow, their metas in meta.peers. The merged meta is the first own input's, with every
 // input's meta under meta.inputs, meta.complete and meta.not_run as a run writes them. Refuses
 // (UsageError): inputs whose schema_version differ or that name none, shards of different sweeps (by
-// hash) or shards beside a file of no sweep or another sweep, one shard given twice, a row (backend,
-// implementation, configuration) present twice, and nothing to merge.
+// hash), of one sweep dealt differently (another shard count or plan), shards beside a file of no
+// sweep, one shard given twice, a row (backend, implementation, configuration) present twice, and
+// nothing to merge.
 MergeResult merge_results(const std::vector<MergeInput>& inputs);
 
 }  // namespace flashbench

@@ -147,7 +147,8 @@ std::optional<ResultsFile> earlier_results(const std::string& path, const SweepR
   const std::optional<SweepRecord> earlier = sweep_record_of(file.meta, path);
   if (!earlier)
     throw UsageError(fmt::format("--resume: '{}' records no sweep (an older flashbench wrote it); not resuming into it", path));
-  if (earlier->hash != sweep.hash || earlier->shard.index != sweep.shard.index || earlier->shard.count != sweep.shard.count)
+  if (earlier->hash != sweep.hash || earlier->shard.index != sweep.shard.index ||
+      earlier->shard.count != sweep.shard.count || earlier->plan != sweep.plan)
     throw UsageError(fmt::format("--resume: '{}' holds shard {}/{} of sweep {}, this run is shard {}/{} of sweep {}; "
                                  "not resuming into it",
                                  path, earlier->shard.index, earlier->shard.count, earlier->hash, sweep.shard.index,

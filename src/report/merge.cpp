@@ -35,9 +35,12 @@ void check_shards(const std::vector<OwnInput>& own, const OwnInput& first_shard)
     if (!o.sweep)
       throw UsageError(fmt::format("'{}' records no sweep and '{}' is {}: not merging", path, first_shard.input->path,
                                    shard_text(reference)));
-    if (o.sweep->hash != reference.hash || o.sweep->shard.count != reference.shard.count)
+    if (o.sweep->hash != reference.hash)
       throw UsageError(fmt::format("shards of different sweeps: '{}' is {}, '{}' is {}; not merging",
                                    first_shard.input->path, shard_text(reference), path, shard_text(*o.sweep)));
+    if (o.sweep->shard.count != reference.shard.count || o.sweep->plan != reference.plan)
+      throw UsageError(fmt::format("'{}' is {} and '{}' {}, dealt differently; not merging", first_shard.input->path,
+                                   shard_text(reference), path, shard_text(*o.sweep)));
     const auto [held, fresh] = holder.emplace(o.sweep->shard.index, path);
     if (!fresh)
       throw UsageError(fmt::format("'{}' and '{}' are both {}; not merging", held->second, path, shard_text(*o.sweep)));

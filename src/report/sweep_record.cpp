@@ -16,12 +16,10 @@ namespace {
 using ordered_json = nlohmann::ordered_json;
 
 // The hash covers everything that makes two runs' rows belong together: the same configurations,
-// implementations and settings, dealt the same way.
+// implementations and settings. Not the plan: a whole run and the shards of the same sweep share it.
 std::string hash_of(const SweepRecord& record) {
-  const ordered_json identity{{"spec", record.spec},
-                              {"settings", record.settings},
-                              {"implementations", record.implementations},
-                              {"plan", record.plan}};
+  const ordered_json identity{
+      {"spec", record.spec}, {"settings", record.settings}, {"implementations", record.implementations}};
   return stable_hash(identity.dump());
 }
 
