@@ -286,6 +286,8 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   meta["sweep"] = to_json(sweep);
   if (earlier) meta["resumed_from"] = earlier_runs(earlier->meta);
 
+  // From here a signal stops the sweep in order: the rows kept and finished are written.
+  const StopOnSignal stop;
   Destination destination(flags.out, flags.format, earlier.has_value());
   std::unique_ptr<Reporter> reporter = make_reporter(flags.format, destination.stream(), destination.terminal());
   reporter->begin(meta);
@@ -308,7 +310,6 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   Runner runner(*device, options);
   const bool progress = isatty(STDERR_FILENO) && to_run.size() > 1;
   const auto start = std::chrono::steady_clock::now();
-  const StopOnSignal stop;
   size_t finished = 0;
   for (size_t index = 0; index < to_run.size() && !stop.received(); ++index, finished = index) {
     const Problem& problem = to_run[index];
