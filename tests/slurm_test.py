@@ -226,6 +226,7 @@ def main():
                     requeued_at = row_lines(shard_file)
                     log(f"== scontrol requeue {task} with {requeued_at} rows in {shard_file.name}: "
                         f"exit {requeued.returncode} {requeued.stderr.strip()}")
+                    log(cluster.slurm("squeue", "-o", "%.10i %.9T %.12r %.6M", check=False).stdout.rstrip())
                 time.sleep(0.02)
             check(requeued_at is not None, f"task {task} was requeued")
             # Slurm holds a requeued job back (BeginTime) for a while; let it start now.
@@ -275,9 +276,14 @@ def main():
                 check(meta["complete"] is True, "merged meta.complete")
                 check(sorted(i["meta"]["sweep"]["shard"]["index"] for i in meta["inputs"]) == list(range(SHARDS)),
                       "merged from the four shards")
-            merge_state = cluster.slurm("scontrol", "show", "job", merge_job, check=False).stdout
-            log(f"== merge job {merge_job}: " + " ".join(w for w in merge_state.split()
-                                                           if w.startswith(("JobState=", "ExitCode=", "Dependency="))))
+            def job_state(job):
+                fields = cluster.slurm("scontrol", "show", "job", job, check=False).stdout.split()
+                return {k: v for k, _, v in (f.partition("=") for f in fields) if k in ("JobState", "Restarts", "ExitCode")}
+
+            log("== jobs at the end")
+            for job in [f"{sweep_job}_{i}" for i in range(SHARDS)] + [merge_job]:
+                log(f"{job}: {job_state(job)}")
+            check(job_state(task).get("Restarts") == "1", f"task {task} ran twice (Slurm counts one restart)")
         finally:
             cluster.stop()
             for sig, handler in previous.items():
