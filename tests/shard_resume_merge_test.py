@@ -235,7 +235,8 @@ class ShardResumeMergeTest(unittest.TestCase):
                     "problem": {"batch": 1, "heads": 1, "seq": 32, "head_dim": 16}}
         peer.write_text(json.dumps({"schema_version": 1, "meta": {"tool": "torch_sdpa.py"}, "rows": [peer_row]}))
         merged = self.dir / "with-peer.json"
-        result = flashbench("merge", str(self.whole), "--peer", str(peer), "--out", str(merged))
+        # A file after --peer is flashbench's own again: one file per --peer.
+        result = flashbench("merge", "--peer", str(peer), str(self.whole), "--out", str(merged))
         self.assertEqual(result.returncode, 0, result.stderr)
         document = json.loads(merged.read_text())
         self.assertEqual(document["rows"][-1], peer_row)

@@ -47,8 +47,10 @@ void register_merge(CLI::App& app) {
       "Example: flashbench merge results/shard-*.jsonl --out sweep.json");
   sub->add_option("files", flags->files, "flashbench results files (.json, .jsonl): a sweep's shards or whole runs")
       ->check(CLI::ExistingFile);
-  sub->add_option("--peer", flags->peers, "A peer's results file (scripts/peers): its rows follow, its meta goes to meta.peers")
-      ->check(CLI::ExistingFile);
+  // One file per --peer, so that results files after it stay flashbench's own.
+  sub->add_option("--peer", flags->peers, "A peer's results file (scripts/peers), repeatable: its rows follow, its meta goes to meta.peers")
+      ->check(CLI::ExistingFile)
+      ->allow_extra_args(false);
   sub->add_option("--out,-o", flags->out, "The merged JSON document (written atomically)")->required();
   set_action(sub, [flags](const std::vector<std::string>&) { return run_merge(*flags); });
 }
