@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU workflow in one invocation: build and test (scripts/gpu-check.sh), then a sweep of all four
 # variants over N with B·N tokens fixed, the PyTorch SDPA peers on the same shapes, one merged JSON
-# (flashbench's contract, peers' rows beside ours, by scripts/merge_results.py, which prints a table
-# of it) and the plots, all under OUTPUT_DIR.
+# (flashbench's contract, peers' rows beside ours, by `flashbench merge`) and the plots, all under
+# OUTPUT_DIR.
 #
 #   scripts/gpu-bench.sh OUTPUT_DIR
 #
@@ -52,8 +52,9 @@ if [ "${SKIP_PEERS:-0}" != 1 ]; then
 fi
 
 echo "== merge"
-# scripts/merge_results.py: flashbench's rows files, then the peers' (their meta in meta.peers); it
-# refuses inputs whose schema_version differ.
+# flashbench merge: the rows files of the runs over N (one whole sweep each), then the peers' (their
+# rows as written, their meta in meta.peers). It refuses inputs whose schema_version differ or that
+# hold a row twice, and exits 1 (the file written) when a run was stopped before its end.
 shopt -s nullglob
 row_files=("$out"/rows/cuda-*.jsonl)
 peer_args=()
@@ -61,8 +62,8 @@ for peer in "$out"/rows/peers-*.json; do
   peer_args+=(--peer "$peer")
 done
 shopt -u nullglob
-python3 "$root/scripts/merge_results.py" --out "$out/sweep.json" ${row_files[@]+"${row_files[@]}"} \
-  ${peer_args[@]+"${peer_args[@]}"}
+"$flashbench" merge ${row_files[@]+"${row_files[@]}"} ${peer_args[@]+"${peer_args[@]}"} --out "$out/sweep.json" ||
+  echo "merge exited $?"
 
 if [ -f "$root/scripts/plot.py" ]; then
   echo "== plots"

@@ -1,4 +1,4 @@
-"""The one reader of flashbench results files, shared by plot.py, cpu_table.py and merge_results.py.
+"""The one reader of flashbench results files, shared by plot.py and cpu_table.py.
 
 A results file is flashbench's JSON contract in one of two forms:
   .json   one document {"schema_version", "meta", "rows"[, "summary"]}

@@ -2,13 +2,13 @@
 folder (build-bench) and configures only a folder that has no CMake cache yet, so a build/ that
 scripts/test.sh configured with the tests on stays so; scripts/gpu-check.sh refuses a folder
 configured otherwise instead of changing it. And scripts/gpu-bench.sh merges its rows files and a
-peer's file through scripts/merge_results.py.
+peer's file through `flashbench merge` (the fake binary hands `merge` to the real one).
 
 The scripts run from a copy of scripts/ in a temporary folder (so their root is that folder) with a
 fake cmake first on PATH: it records its arguments and writes -D options into the CMakeCache.txt of
 -B as CMake does, so the test sees what each script asks CMake to do, without building anything.
 
-Run by CTest as: python3 bench_scripts_test.py FLASHBENCH_BINARY SOURCE_DIR (the binary is not needed).
+Run by CTest as: python3 bench_scripts_test.py FLASHBENCH_BINARY SOURCE_DIR (the binary runs the merge).
 """
 import json
 import os
@@ -64,9 +64,12 @@ FAKE_TOOLS = {"ctest": "#!/bin/sh\necho '100% tests passed, 0 tests failed out o
               "nvcc": "#!/bin/sh\necho 'nvcc: fake'\n",
               "nvidia-smi": "#!/bin/sh\necho 'no GPU here'\n"}
 
-# A fake `flashbench run --format jsonl --out FILE`: one header line and one cuda row of that shape.
+# A fake `flashbench run --format jsonl --out FILE`: one header line and one cuda row of that shape;
+# `flashbench merge` is the real one's.
 FAKE_FLASHBENCH = r'''#!PYTHON
-import json, sys
+import json, os, sys
+if sys.argv[1] == "merge":
+    os.execv(REAL_FLASHBENCH, [REAL_FLASHBENCH] + sys.argv[1:])
 args = dict(zip(sys.argv[2::2], sys.argv[3::2]))
 seq = int(args["--seq"])
 row = {"backend": "cuda", "variant": "v2", "impl": "v2.split",
@@ -215,7 +218,8 @@ class ScriptBuildsTest(unittest.TestCase):
     def test_gpu_bench_merges_rows_and_peers(self):
         build = os.path.join(self.tmp.name, "gpu-build")
         os.makedirs(build)
-        executable(os.path.join(build, "flashbench"), FAKE_FLASHBENCH)
+        executable(os.path.join(build, "flashbench"),
+                   FAKE_FLASHBENCH.replace("REAL_FLASHBENCH", repr(os.path.abspath(sys.argv[1])), 2))
         out = os.path.join(self.tmp.name, "sweep")
         os.makedirs(os.path.join(out, "rows"))
         peer_row = {"backend": "torch-sdpa-flash", "variant": "v2", "status": "ok",
@@ -238,8 +242,8 @@ class ScriptBuildsTest(unittest.TestCase):
         self.assertEqual(sorted((r["problem"]["seq"], r["problem"]["batch"], r["problem"]["causal"]) for r in cuda),
                          [(128, 4, False), (128, 4, True), (256, 2, False), (256, 2, True)])
         self.assertEqual(merged["rows"][-1], peer_row)
-        self.assertIn("5 rows -> " + os.path.join(out, "sweep.json"), result.stdout)
-        self.assertIn("v2.split", result.stdout)
+        self.assertIn("5 rows from 5 files -> " + os.path.join(out, "sweep.json"), result.stdout)
+        self.assertEqual(cuda[0]["impl"], "v2.split")  # rows as the runs wrote them
         self.assertEqual(self.calls(), [])  # SKIP_CHECK: nothing configured or built
 
 

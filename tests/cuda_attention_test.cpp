@@ -325,11 +325,17 @@ TEST(CudaDevice, DescribesTheGpu) {
   device->describe(meta);
   ASSERT_TRUE(meta.contains("gpu"));
   for (const char* key : {"name", "compute_capability", "memory_bytes", "multiprocessors", "l2_bytes",
-                          "driver_version", "runtime_version"})
+                          "driver_version", "runtime_version", "uuid", "index"})
     EXPECT_TRUE(meta["gpu"].contains(key)) << key;
+  // nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, 4 + 32 hex digits + 4 dashes.
+  const std::string uuid = meta["gpu"]["uuid"].get<std::string>();
+  EXPECT_EQ(uuid.size(), 40u) << uuid;
+  EXPECT_EQ(uuid.rfind("GPU-", 0), 0u) << uuid;
+  EXPECT_EQ(meta["gpu"]["index"], 0);
   Row row;
   device->annotate(row);
   EXPECT_EQ(row.device, meta["gpu"]["name"].get<std::string>());
+  EXPECT_EQ(row.device_index, 0);
   EXPECT_EQ(device->cache_flush_bytes(), 2 * meta["gpu"]["l2_bytes"].get<int64_t>());
 }
 

@@ -32,6 +32,11 @@ SCALED = {
         ["run", "--seq", "256", "--heads", "2", "--dtype", "fp16", "--layers", "2", *QUICK],
     "flashbench run --seq 4096 --heads 2 --impl v2.whole,v2.split":
         ["run", "--seq", "512", "--heads", "2", "--impl", "v2.whole,v2.split", *QUICK],
+    "flashbench run --seq 512:8192:x2 --shard 1/4 --resume --format json --out shard-1.json":
+        ["run", "--seq", "128:1024:x2", "--heads", "2", "--shard", "1/4", "--resume", "--format", "json", "--out",
+         "{tmp}/shard-1.json", *QUICK],
+    "flashbench merge shard-0.json shard-1.json shard-2.json shard-3.json --out sweep.json":
+        "shard_resume_merge_test.py merges a sweep's shards and compares them with one process's run",
     "flashbench compare before.json after.json --fail-on-regression":
         ["compare", "{tmp}/cpu.json", "{tmp}/cpu.json", "--fail-on-regression"],
     "flashbench compare --baseline standard cpu.json": ["compare", "--baseline", "standard", "{tmp}/cpu.json"],

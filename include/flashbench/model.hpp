@@ -26,6 +26,7 @@
 #include "flashbench/memory.hpp"
 #include "flashbench/problem.hpp"
 #include "flashbench/result.hpp"
+#include "flashbench/statistics.hpp"
 #include "flashbench/variant.hpp"
 
 namespace flashbench {
@@ -77,6 +78,18 @@ struct ModelSource {
 // Pre-flight check: nullopt when `model_peak_bytes` fits in `limit_bytes`, otherwise the reason
 // for a skipped row, e.g. "needs 66.0 GiB, 21.3 GiB available".
 std::optional<std::string> does_not_fit(int64_t model_peak_bytes, int64_t limit_bytes);
+
+// ---- time: what a sweep's configuration costs, for dealing a sweep to shards (shard.hpp) ----
+
+// Modelled wall time of one configuration [s]: `implementations` implementations, each a forward and
+// a backward pass of problem.forward_flop() + backward_flop() at `flop_rate` [FLOP/s], run as the
+// stopping rule runs them when the noise target is never met: warm-up (policy.warmup passes and at
+// least policy.warmup_ms), the measured pass, then samples until max_time_s is spent, at least
+// min_samples and at most max_samples of them. It depends on nothing but its arguments, so every
+// process of a job array deals the same plan; only the ratios between configurations matter to the
+// dealing, and the float64 reference (capped by --check-budget) is left out.
+double modelled_run_seconds(const Problem& problem, int implementations, const SamplingPolicy& policy,
+                            double flop_rate);
 
 // ---- fit: the largest N (or B) whose modelled peak fits a budget ----
 

@@ -43,10 +43,15 @@ std::optional<PeakReport> peak_from_json(const nlohmann::json& json);
 std::vector<std::string> row_warnings(const Row& row);
 
 // A document as read back: {schema_version, meta, rows} from a .json file, or the same from a
-// .jsonl stream (a first line holding {schema_version, meta}, then one row per line).
+// .jsonl stream (a first line holding {schema_version, meta}, then one row per line). A .jsonl whose
+// last line is cut short (no newline, not JSON: a process killed while writing it) loses that line
+// and says so; any other line that is not JSON makes it no results file.
 struct ResultsFile {
-  nlohmann::json meta;
+  nlohmann::ordered_json schema_version;            // null when the file names none
+  nlohmann::ordered_json meta;                      // null when there is none
   std::vector<Row> rows;
+  std::vector<nlohmann::ordered_json> row_objects;  // the same rows as written, every key kept in order
+  bool cut_last_line = false;
 };
 ResultsFile read_results_file(const std::string& path);  // throws RuntimeFailure / UsageError
 

@@ -66,6 +66,7 @@ struct Row {
   int64_t row_block = 0, col_block = 0; // kernel tile [rows of Q, rows of K/V]; 0 when not tiled
   int64_t diagonal_block = 0;           // v2's causal diagonal chunk [columns]; 0 when not tiled
   std::string device;                   // GPU name, for CUDA rows
+  std::optional<int> device_index;      // which GPU of the machine ran it (--device-index), on CUDA rows
   std::optional<double> peak_gflops;    // CPU sgemm ceiling the rates are read against (run --peak) [GFLOP/s]
   double fwd_tflops() const;            // FlashAttention convention, from the median [TFLOP/s]
   double bwd_tflops() const;

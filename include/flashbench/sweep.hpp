@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "flashbench/problem.hpp"
 #include "flashbench/statistics.hpp"
 #include "flashbench/variant.hpp"
@@ -56,6 +58,9 @@ std::vector<Problem> expand(const SweepSpec& spec);
 // warmup_ms, min_samples, max_samples, max_noise, max_time_s}. Unknown keys are usage errors.
 SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name);
 SweepSpec load_sweep_file(const std::string& path);  // throws UsageError when unreadable or invalid
+// The inverse: a sweep file that parse_sweep_json reads back to the same spec (every key written,
+// the axes as lists), for recording a resolved sweep in a results file and hashing it.
+nlohmann::ordered_json sweep_to_json(const SweepSpec& spec);
 
 // The command line's sweep flags as given (empty = not given); applied over a spec loaded from
 // --config (or the defaults), so flags override the file.

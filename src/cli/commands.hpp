@@ -20,5 +20,6 @@ void register_info(CLI::App& app);
 void register_model(CLI::App& app);  // model.cpp
 void register_fit(CLI::App& app);    // fit.cpp
 void register_compare(CLI::App& app);  // compare.cpp
+void register_merge(CLI::App& app);    // merge.cpp
 
 }  // namespace flashbench::cli

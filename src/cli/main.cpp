@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   cli::register_model(app);
   cli::register_fit(app);
   cli::register_compare(app);
+  cli::register_merge(app);
   try {
     // CLI11 would only say "A subcommand is required"; name the word it did not know.
     std::string known;

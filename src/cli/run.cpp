@@ -2,13 +2,19 @@
 // apart) by the harness's runner, its memory measured per tag beside the analytic model, its outputs
 // checked against the float64 reference.
 #include <omp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -18,8 +24,11 @@
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/peak.hpp"
+#include "flashbench/model.hpp"
 #include "flashbench/report.hpp"
+#include "flashbench/shard.hpp"
 #include "flashbench/sweep.hpp"
+#include "flashbench/sweep_results.hpp"
 #include "flashbench/units.hpp"
 
 namespace flashbench::cli {
@@ -38,6 +47,9 @@ struct RunFlags {
   bool cold = false;
   bool measure_peak = false;             // --peak: measure the CPU ceilings before the sweep
   std::optional<std::string> peak_file;  // --peak-file: take them from `info --peak --format json`
+  std::optional<std::string> shard;      // --shard I/N, auto, auto/N
+  bool resume = false;                   // --resume: keep what --out already holds of this shard
+  int device_index = 0;                  // --device-index: which GPU
 };
 
 // The CPU ceilings a run reads its rates against: measured now with the run's threads, or read back
@@ -68,29 +80,104 @@ nlohmann::ordered_json ceilings_json(const PeakReport& peak, const std::string& 
 }
 
 // Where the report goes: stdout, or a file written atomically at the end (jsonl streams into the
-// file instead, so an interrupted sweep keeps the rows it finished).
+// file instead, so an interrupted sweep keeps the rows it finished). A resumed jsonl streams into a
+// temporary file next to --out that replaces it once the rows it keeps are in (publish), so the
+// earlier rows are never lost nor half-rewritten.
 class Destination {
  public:
-  Destination(const std::optional<std::string>& path, std::string_view format) : path_(path) {
-    if (path_ && format == "jsonl") {
-      file_.open(*path_, std::ios::trunc);
-      if (!file_) throw RuntimeFailure(fmt::format("cannot write '{}'", *path_));
+  Destination(const std::optional<std::string>& path, std::string_view format, bool resumed) : path_(path) {
+    if (!path_ || format != "jsonl") return;
+    stream_path_ = *path_;
+    if (resumed) {
+      const std::filesystem::path target(*path_);
+      const std::filesystem::path directory = target.has_parent_path() ? target.parent_path() : ".";
+      std::string temp = (directory / fmt::format(".{}.XXXXXX", target.filename().string())).string();
+      const int fd = mkstemp(temp.data());
+      if (fd < 0) throw RuntimeFailure(fmt::format("cannot create a temporary file next to '{}': {}", *path_, std::strerror(errno)));
+      ::fchmod(fd, 0644);  // mkstemp creates 0600; results are ordinary files
+      ::close(fd);
+      stream_path_ = temp;
+      temporary_ = true;
     }
+    file_.open(stream_path_, std::ios::trunc);
+    if (!file_) throw RuntimeFailure(fmt::format("cannot write '{}'", *path_));
   }
+  ~Destination() {
+    if (temporary_) std::remove(stream_path_.c_str());  // never published
+  }
+  Destination(const Destination&) = delete;
+  Destination& operator=(const Destination&) = delete;
   std::ostream& stream() {
     if (!path_) return std::cout;
     return file_.is_open() ? static_cast<std::ostream&>(file_) : buffer_;
   }
   bool terminal() const { return !path_ && isatty(STDOUT_FILENO); }
+  // The stream's file becomes --out (a resumed jsonl, once its kept rows are written).
+  void publish() {
+    if (!temporary_) return;
+    file_.flush();
+    if (!file_ || std::rename(stream_path_.c_str(), path_->c_str()) != 0)
+      throw RuntimeFailure(fmt::format("cannot write '{}': {}", *path_, std::strerror(errno)));
+    temporary_ = false;
+  }
   void commit() {
+    publish();
     if (path_ && !file_.is_open()) write_file_atomically(*path_, buffer_.str());
   }
 
  private:
   std::optional<std::string> path_;
+  std::string stream_path_;  // the file jsonl streams into
+  bool temporary_ = false;   // stream_path_ is a temporary file not yet renamed over --out
   std::ofstream file_;
   std::ostringstream buffer_;
 };
+
+// What an earlier run of this same shard left in --out (--resume): nothing when there is no file
+// yet, or an empty one (killed before its first line). Anything else that is not this shard of this
+// sweep is refused: appending to it would mix sweeps.
+std::optional<ResultsFile> earlier_results(const std::string& path, const SweepRecord& sweep) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (error || !fs::exists(status)) return std::nullopt;
+  if (!fs::is_regular_file(status)) throw UsageError(fmt::format("--resume: '{}' is not a regular file", path));
+  ResultsFile file = read_results_file(path);
+  if (file.meta.is_null() && file.rows.empty()) return std::nullopt;
+  const std::optional<SweepRecord> earlier = sweep_record_of(file.meta, path);
+  if (!earlier)
+    throw UsageError(fmt::format("--resume: '{}' records no sweep (an older flashbench wrote it); not resuming into it", path));
+  if (earlier->hash != sweep.hash || earlier->shard.index != sweep.shard.index ||
+      earlier->shard.count != sweep.shard.count || earlier->plan != sweep.plan)
+    throw UsageError(fmt::format("--resume: '{}' holds shard {}/{} of sweep {}, this run is shard {}/{} of sweep {}; "
+                                 "not resuming into it",
+                                 path, earlier->shard.index, earlier->shard.count, earlier->hash, sweep.shard.index,
+                                 sweep.shard.count, sweep.hash));
+  if (file.cut_last_line)
+    fmt::print(stderr, "flashbench: --resume: the last line of '{}' was cut short; its configuration runs again\n", path);
+  return file;
+}
+
+// meta.resumed_from: every earlier run whose rows a resumed file keeps, oldest first, each as its
+// own meta said (the machine, the build, the time), so that a requeue on another node stays visible.
+nlohmann::ordered_json earlier_runs(const nlohmann::ordered_json& earlier_meta) {
+  nlohmann::ordered_json runs = earlier_meta.contains("resumed_from") ? earlier_meta.at("resumed_from")
+                                                                      : nlohmann::ordered_json::array();
+  nlohmann::ordered_json run = earlier_meta;
+  for (const char* key : {"resumed_from", "complete", "not_run"}) run.erase(key);
+  runs.push_back(std::move(run));
+  return runs;
+}
+
+// The run's choices beside the sweep file that decide what its rows hold: shards and resumed runs
+// must agree on them.
+nlohmann::ordered_json run_settings(const RunFlags& flags, const RunOptions& options) {
+  return {{"seed", options.seed},
+          {"check", options.check},
+          {"check_budget_gflop", flags.check_budget_gflop},
+          {"cold", options.cold},
+          {"mem_limit", flags.mem_limit ? nlohmann::ordered_json(*flags.mem_limit) : nlohmann::ordered_json(nullptr)}};
+}
 
 // SIGINT or SIGTERM during a sweep: the first asks it to stop after the configuration in hand (its
 // rows and every earlier one are written, marked incomplete); a second ends the process at once,
@@ -143,7 +230,11 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   // the device opens so that a typo costs nothing.
   const std::vector<std::string> names = spec.implementations.empty() ? variant_names(spec.variants) : spec.implementations;
   std::vector<std::unique_ptr<Implementation>> implementations = select_implementations(entry, names);
-  std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = spec.threads});
+  if (flags.resume) {
+    const bool lines_name = flags.out && flags.out->ends_with(".jsonl");
+    if (!flags.out || (flags.format != "json" && flags.format != "jsonl") || lines_name != (flags.format == "jsonl"))
+      throw UsageError("--resume reads --out back: it needs --out and --format json (a .json name) or jsonl (a .jsonl name)");
+  }
 
   RunOptions options;
   options.sampling = spec.sampling;
@@ -152,6 +243,33 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   options.reference_flop_budget = flags.check_budget_gflop * 1e9;
   options.cold = flags.cold;
   if (flags.mem_limit) options.mem_limit_bytes = parse_bytes(*flags.mem_limit);
+
+  // The whole sweep is dealt to the shards by modelled time; this process runs its share, in the
+  // sweep's order, less what an earlier run of the same share finished (--resume).
+  const Shard shard = flags.shard ? parse_shard(*flags.shard, process_environment()) : Shard{};
+  std::vector<std::string> implementation_names;
+  for (const auto& implementation : implementations) implementation_names.emplace_back(implementation->name());
+  std::vector<double> costs;
+  for (const Problem& problem : problems)
+    costs.push_back(modelled_run_seconds(problem, int(implementations.size()), spec.sampling, entry.nominal_flop_rate));
+  const SweepRecord sweep = make_sweep_record(spec, run_settings(flags, options), implementation_names, costs, shard);
+  const std::optional<ResultsFile> earlier = flags.resume ? earlier_results(*flags.out, sweep) : std::nullopt;
+  const std::vector<bool> done = earlier ? whole_configurations(problems, implementation_names, spec.backend, earlier->rows)
+                                         : std::vector<bool>(problems.size(), false);
+  std::vector<Problem> share, to_run;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    if (sweep.plan[i] != shard.index) continue;
+    share.push_back(problems[i]);
+    if (!done[i]) to_run.push_back(problems[i]);
+  }
+  if (shard.count > 1)
+    fmt::print(stderr, "flashbench: shard {}/{} (from {}): {} of the sweep's {} configurations\n", shard.index,
+               shard.count, shard.source, share.size(), problems.size());
+  if (earlier)
+    fmt::print(stderr, "flashbench: resuming '{}': {} of {} configurations already there, {} to run\n", *flags.out,
+               share.size() - to_run.size(), share.size(), to_run.size());
+
+  std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = spec.threads, .index = flags.device_index});
   const int threads = omp_get_max_threads();
 
   std::optional<double> sgemm_ceiling_gflops;
@@ -165,25 +283,40 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     meta["cpu_peak"] = ceilings_json(peak, flags.measure_peak ? "measured" : *flags.peak_file);
     sgemm_ceiling_gflops = sgemm_ceiling(peak);
   }
+  meta["sweep"] = to_json(sweep);
+  if (earlier) meta["resumed_from"] = earlier_runs(earlier->meta);
 
-  Destination destination(flags.out, flags.format);
+  // From here a signal stops the sweep in order: the rows kept and finished are written.
+  const StopOnSignal stop;
+  Destination destination(flags.out, flags.format, earlier.has_value());
   std::unique_ptr<Reporter> reporter = make_reporter(flags.format, destination.stream(), destination.terminal());
   reporter->begin(meta);
+  bool any_failed = false;
+  if (earlier) {
+    // The earlier rows of whole configurations, as they were; a configuration cut short runs again.
+    std::set<std::string> kept;
+    for (size_t i = 0; i < problems.size(); ++i)
+      if (done[i] && sweep.plan[i] == shard.index) kept.insert(problems[i].describe());
+    for (const Row& row : earlier->rows)
+      if (kept.contains(row.problem.describe())) {
+        any_failed |= row.status == Status::failed;
+        reporter->add(row);
+      }
+  }
+  destination.publish();
 
   std::vector<Implementation*> chosen;
   for (const auto& implementation : implementations) chosen.push_back(implementation.get());
   Runner runner(*device, options);
-  const bool progress = isatty(STDERR_FILENO) && problems.size() > 1;
+  const bool progress = isatty(STDERR_FILENO) && to_run.size() > 1;
   const auto start = std::chrono::steady_clock::now();
-  bool any_failed = false;
-  const StopOnSignal stop;
   size_t finished = 0;
-  for (size_t index = 0; index < problems.size() && !stop.received(); ++index, finished = index) {
-    const Problem& problem = problems[index];
+  for (size_t index = 0; index < to_run.size() && !stop.received(); ++index, finished = index) {
+    const Problem& problem = to_run[index];
     if (progress) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const std::string eta = index == 0 ? "" : " ETA " + format_eta(elapsed / index * (problems.size() - index));
-      fmt::print(stderr, "\r\033[K[{}/{}] {}{}", index + 1, problems.size(), problem.describe(), eta);
+      const std::string eta = index == 0 ? "" : " ETA " + format_eta(elapsed / index * (to_run.size() - index));
+      fmt::print(stderr, "\r\033[K[{}/{}] {}{}", index + 1, to_run.size(), problem.describe(), eta);
     }
     for (Row& row : runner.run(problem, chosen)) {
       row.peak_gflops = sgemm_ceiling_gflops;
@@ -194,14 +327,14 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   if (progress) fmt::print(stderr, "\r\033[K");
   if (stop.received()) {
     nlohmann::ordered_json not_run = nlohmann::ordered_json::array();
-    for (size_t index = finished; index < problems.size(); ++index) not_run.push_back(problems[index].describe());
+    for (size_t index = finished; index < to_run.size(); ++index) not_run.push_back(to_run[index].describe());
     reporter->mark_incomplete(not_run);
   }
   reporter->finish();
   destination.commit();
   if (stop.received()) {
     fmt::print(stderr, "flashbench: stopped by {}: {} of {} configurations finished{}\n",
-               stop.received() == SIGINT ? "SIGINT" : "SIGTERM", finished, problems.size(),
+               stop.received() == SIGINT ? "SIGINT" : "SIGTERM", finished, to_run.size(),
                flags.out ? fmt::format(", written to '{}'", *flags.out) : "");
     return 128 + stop.received();
   }
@@ -267,6 +400,16 @@ void register_run(CLI::App& app) {
       "--peak-file", [flags](const std::string& value) { flags->peak_file = value; },
       "... or take the ceilings from a file written by `flashbench info --peak --format json`");
   peak->excludes(peak_file);
+  optional_string("--shard", flags->shard,
+                  "Run one share of the sweep: I/N (0 <= I < N), or auto / auto/N from the job array's index "
+                  "(SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX); configurations are dealt by modelled time");
+  sub->add_flag("--resume", flags->resume,
+                "Keep the configurations --out already holds (of this sweep and shard) and run the rest: for a "
+                "requeued or interrupted run (json or jsonl)");
+  sub->add_option_function<int>("--device-index", [flags](int value) {
+    if (value < 0) throw UsageError(fmt::format("--device-index must be 0 or more (got {})", value));
+    flags->device_index = value;
+  }, "Which GPU, counted among those CUDA_VISIBLE_DEVICES shows (default 0); rows record it");
   set_action(sub, [flags](const std::vector<std::string>& argv) { return run_sweep(*flags, argv); });
 }
 

@@ -291,6 +291,28 @@ SweepSpec load_sweep_file(const std::string& path) {
   return parse_sweep_json(buffer.str(), path);
 }
 
+nlohmann::ordered_json sweep_to_json(const SweepSpec& spec) {
+  nlohmann::ordered_json j;
+  j["description"] = spec.description;
+  j["batch"] = spec.batch;
+  j["heads"] = spec.heads;
+  j["seq"] = spec.seq;
+  j["head_dim"] = spec.head_dim;
+  j["layers"] = spec.layers;
+  j["causal"] = spec.causal;
+  j["dtype"] = nlohmann::ordered_json::array();
+  for (Dtype dtype : spec.dtype) j["dtype"].push_back(std::string(to_string(dtype)));
+  // The implementations by name replace the variants when given; one of the two decides what runs.
+  if (spec.implementations.empty()) j["variants"] = variant_names(spec.variants);
+  else j["impls"] = spec.implementations;
+  j["backend"] = spec.backend;
+  j["threads"] = spec.threads;
+  const SamplingPolicy& s = spec.sampling;
+  j["sampling"] = {{"warmup", s.warmup},           {"warmup_ms", s.warmup_ms},   {"min_samples", s.min_samples},
+                   {"max_samples", s.max_samples}, {"max_noise", s.max_noise}, {"max_time_s", s.max_time_s}};
+  return j;
+}
+
 void apply_overrides(SweepSpec& spec, const SweepOverrides& o) {
   if (o.batch) spec.batch = parse_int_list(*o.batch, "--batch");
   if (o.heads) spec.heads = parse_int_list(*o.heads, "--heads");

@@ -194,6 +194,8 @@ void register_device_cpu(Registry& registry) {
       .name = "cpu",
       .summary = "the host CPU: OpenMP threads, AVX-512/AVX2 kernels",
       .open = [](const DeviceOptions& options) -> std::unique_ptr<Device> {
+        if (options.index != 0)
+          throw UsageError(fmt::format("--device-index {}: the cpu backend is one device, index 0", options.index));
         return std::make_unique<cpu::CpuDevice>(options);
       },
       .offline_params = [](const Problem&, const DeviceOptions& options) {
@@ -201,6 +203,7 @@ void register_device_cpu(Registry& registry) {
       },
       .implementations = cpu::implementations,
       .measure_peak = measure_peak,
+      .nominal_flop_rate = 1e11,  // a 16-core AVX-512 server: 235 GFLOP/s fp32 (README's sweep), a laptop less
   });
 }
 

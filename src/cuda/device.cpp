@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -62,6 +63,17 @@ class EventTimer final : public PhaseTimer {
 };
 
 std::string version_text(int version) { return fmt::format("{}.{}", version / 1000, (version % 1000) / 10); }
+
+// The GPU's UUID as nvidia-smi prints it (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx): the one name of a
+// GPU that CUDA_VISIBLE_DEVICES and a scheduler's renumbering do not change.
+std::string uuid_text(const cudaUUID_t& uuid) {
+  std::string text = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
+    text += fmt::format("{:02x}", static_cast<unsigned char>(uuid.bytes[i]));
+  }
+  return text;
+}
 
 }  // namespace
 
@@ -206,9 +218,16 @@ void CudaDevice::describe(nlohmann::ordered_json& meta) const {
                  {"multiprocessors", properties_.multiProcessorCount},
                  {"l2_bytes", properties_.l2CacheSize},
                  {"driver_version", version_text(driver)},
-                 {"runtime_version", version_text(runtime)}};
+                 {"runtime_version", version_text(runtime)},
+                 {"uuid", uuid_text(properties_.uuid)},
+                 {"index", index_}};
+  // The index counts the GPUs this process sees: CUDA_VISIBLE_DEVICES (a scheduler sets it) says which.
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) meta["gpu"]["visible_devices"] = visible;
 }
 
-void CudaDevice::annotate(Row& row) const { row.device = properties_.name; }
+void CudaDevice::annotate(Row& row) const {
+  row.device = properties_.name;
+  row.device_index = index_;
+}
 
 }  // namespace flashbench::cuda

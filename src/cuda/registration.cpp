@@ -77,6 +77,7 @@ void register_device_cuda(Registry& registry) {
       },
       .implementations = cuda::implementations,
       .measure_peak = nullptr,  // no measured ceilings: rates stay absolute
+      .nominal_flop_rate = 2e14,  // an H100/H200's bf16 attention: 200-400 TFLOP/s forward
   });
 }
 

@@ -173,6 +173,7 @@ ordered_json row_to_json(const Row& row) {
   if (!row.not_checked.empty()) j["not_checked"] = row.not_checked;
   j["threads"] = row.threads;
   j["device"] = row.device;
+  if (row.device_index) j["device_index"] = *row.device_index;
   j["cold"] = row.cold;
   if (row.row_block > 0) {
     j["tiling"] = {{"row_block", row.row_block}, {"col_block", row.col_block}};
@@ -247,6 +248,8 @@ Row row_from_json(const json& j) {
     row.diagonal_block = integer_or(j.at("tiling"), "diagonal_block", 0);
   }
   if (j.contains("device") && j.at("device").is_string()) row.device = j.at("device").get<std::string>();
+  if (j.contains("device_index") && j.at("device_index").is_number_integer())
+    row.device_index = j.at("device_index").get<int>();
   return row;
 }
 
@@ -257,21 +260,40 @@ ResultsFile read_results_file(const std::string& path) {
   buffer << in.rdbuf();
   const std::string text = buffer.str();
   ResultsFile file;
+  const auto add_row = [&file](ordered_json object) {
+    file.rows.push_back(row_from_json(json(object)));
+    file.row_objects.push_back(std::move(object));
+  };
   try {
     const bool lines = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
     if (!lines) {
-      const json document = json::parse(text);
-      if (document.contains("meta")) file.meta = document.at("meta");
-      for (const json& row : required(document, "rows", path)) file.rows.push_back(row_from_json(row));
+      const ordered_json document = ordered_json::parse(text);
+      if (document.is_object() && document.contains("schema_version")) file.schema_version = document.at("schema_version");
+      if (document.is_object() && document.contains("meta")) file.meta = document.at("meta");
+      if (!document.is_object() || !document.contains("rows") || !document.at("rows").is_array())
+        throw UsageError(fmt::format("results file: {} has no \"rows\"", path));
+      for (const ordered_json& row : document.at("rows")) add_row(row);
       return file;
     }
-    std::istringstream stream(text);
-    std::string line;
-    while (std::getline(stream, line)) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const json record = json::parse(line);
-      if (record.contains("meta")) file.meta = record.at("meta");
-      else if (!record.contains("summary")) file.rows.push_back(row_from_json(record));
+    size_t start = 0;
+    while (start < text.size()) {
+      const size_t newline = text.find('\n', start);
+      const std::string_view line = std::string_view(text).substr(start, newline == std::string::npos ? std::string::npos
+                                                                                                        : newline - start);
+      start = newline == std::string::npos ? text.size() : newline + 1;
+      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+      ordered_json record = ordered_json::parse(line, nullptr, false);
+      if (record.is_discarded() && newline == std::string::npos) {
+        file.cut_last_line = true;  // the writer was killed in the middle of this line
+        break;
+      }
+      if (record.is_discarded()) record = ordered_json::parse(line);  // throws, saying where
+      if (record.contains("meta")) {
+        file.meta = record.at("meta");
+        if (record.contains("schema_version")) file.schema_version = record.at("schema_version");
+      } else if (!record.contains("summary")) {
+        add_row(std::move(record));
+      }
     }
   } catch (const json::exception& error) {
     throw UsageError(fmt::format("'{}' is not a flashbench results file: {}", path, error.what()));

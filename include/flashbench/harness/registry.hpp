@@ -29,6 +29,9 @@ struct DeviceEntry {
   // the attention kernels' product shapes), for rates read as % of peak; empty where the device
   // has none to offer.
   std::function<PeakReport(int threads, int64_t n, bool products)> measure_peak;
+  // A round rate of this kind of device [FLOP/s] for the modelled time that deals a sweep to shards
+  // (modelled_run_seconds): a constant, not this machine's, so that every shard deals alike.
+  double nominal_flop_rate = 1e11;
 };
 
 class Registry {
