@@ -346,9 +346,9 @@ TEST(CudaDevice, ModelAnswersWithoutOpeningTheDevice) {
     int64_t forward, backward;
   };
   const auto implementations = cuda_entry().implementations();
-  ASSERT_EQ(implementations.size(), 4u);
+  ASSERT_GE(implementations.size(), 4u);  // the variants' defaults first; cudnn has its own tests
   const Expected expected[] = {{"standard", 0, s}, {"v1", s, s}, {"v2", 0, r + a}, {"checkpoint", s, 2 * s}};
-  for (size_t k = 0; k < implementations.size(); ++k) {
+  for (size_t k = 0; k < std::size(expected); ++k) {
     SCOPED_TRACE(expected[k].name);
     EXPECT_EQ(implementations[k]->name(), expected[k].name);
     EXPECT_EQ(to_string(implementations[k]->variant()), expected[k].name);

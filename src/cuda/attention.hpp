@@ -52,7 +52,7 @@ class CudaAttention final : public Implementation {
   std::string summary_;
 };
 
-// standard, v1, v2, checkpoint: each variant's default, in that order.
+// standard, v1, v2, checkpoint: each variant's default, in that order; then cudnn (v2 by cuDNN).
 std::vector<std::unique_ptr<Implementation>> implementations();
 
 // ---- defined by device.cpp (with CUDA) or unavailable.cpp (without) ----

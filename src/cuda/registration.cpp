@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "attention.hpp"
+#include "cudnn_attention.hpp"
 #include "flashbench/harness/registry.hpp"
 
 namespace flashbench {
@@ -55,6 +56,7 @@ std::vector<std::unique_ptr<Implementation>> implementations() {
       Variant::v2, "v2: fused tiled kernels (tensor cores for bf16/fp16, fp32 SIMT), O and LSE kept"));
   all.push_back(std::make_unique<CudaAttention>(
       Variant::checkpoint, "checkpoint: nothing kept; S and P recomputed in backward (cuBLAS)"));
+  all.push_back(std::make_unique<CudnnAttention>());  // after v2: `--impl v2` stays flashbench's own
   return all;
 }
 
