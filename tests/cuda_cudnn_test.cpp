@@ -1,6 +1,6 @@
 // Tests of `--impl cudnn` (cuDNN's fused attention inside flashbench). On a GPU with cuDNN: the layer
 // stack against the float64 reference on the trap shapes (N = 1, prime N, causal, large logits,
-// d = 64 and 128, bf16 and fp16, L = 2) with FlashAttention's bar (at most 3× the error of the same
+// d = 64 and 128, bf16 and fp16, L = 2; N = 1 and N not a multiple of 128 where this cuDNN runs them) with FlashAttention's bar (at most 3× the error of the same
 // computation done naively in the storage precision, plus what exp costs at the largest logit); its
 // measured memory equal to its model, cuDNN's workspace included, through the runner beside v2 on
 // the same inputs. Those skip where there is no GPU or no cuDNN. Everywhere: fp32 and head dims
@@ -108,11 +108,18 @@ TEST_P(CudnnVsFloat64, StackMatchesReference) {
 std::vector<Case> trap_cases() {
   std::vector<Case> cases;
   for (Dtype t : {Dtype::bf16, Dtype::fp16}) {
-    cases.push_back({t, 1, 64, true, 1.0, true});  // one row, one key
-    cases.push_back({t, 97, 64, false});        // prime N: no tile divides it
-    cases.push_back({t, 97, 128, true});
-    cases.push_back({t, 200, 128, true});       // rows across several tiles, causal
-    cases.push_back({t, 131, 64, false, 4.0});  // large logits, prime N
+    // Shapes every cuDNN 9 this implementation accepts must run: N a multiple of 128.
+    cases.push_back({t, 128, 64, true});
+    cases.push_back({t, 256, 128, false});
+    cases.push_back({t, 384, 128, true});         // rows across several tiles, causal
+    cases.push_back({t, 256, 64, false, 4.0});    // large logits
+    // Shapes cuDNN declines by version (N = 1 always; N not a multiple of 128 up to 9.15, where its
+    // backward needs a padding mask): skipped with the reason there, checked where it runs them.
+    cases.push_back({t, 1, 64, true, 1.0, true});      // one row, one key
+    cases.push_back({t, 97, 64, false, 1.0, true});    // prime N: no tile divides it
+    cases.push_back({t, 97, 128, true, 1.0, true});
+    cases.push_back({t, 200, 128, true, 1.0, true});
+    cases.push_back({t, 131, 64, false, 4.0, true});   // large logits, prime N
   }
   return cases;
 }
@@ -137,7 +144,7 @@ TEST(CudnnDevice, MeasuredMemoryMatchesModelBesideV2) {
   Problem problem;
   problem.batch = 2;
   problem.heads = 3;
-  problem.seq = 300;
+  problem.seq = 384;  // a multiple of 128: every cuDNN 9 this implementation accepts runs it
   problem.head_dim = 64;
   problem.layers = 3;
   problem.causal = true;
@@ -163,9 +170,9 @@ TEST(CudnnDevice, MeasuredMemoryMatchesModelBesideV2) {
 
 // ---- everywhere ----
 
-// fp32, and a head dim that is not a multiple of 8, are refused with a reason (a skipped row), GPU
-// or not, cuDNN or not.
-TEST(CudnnModel, Fp32AndOddHeadDimAreRefusedWithAReason) {
+// fp32, a head dim that is not a multiple of 8 and N = 1 are refused with a reason (a skipped row),
+// GPU or not, cuDNN or not.
+TEST(CudnnModel, Fp32OddHeadDimAndOneRowAreRefusedWithAReason) {
   std::unique_ptr<Implementation> cudnn = implementation("cudnn");
   Problem problem;
   problem.seq = 64;
@@ -176,11 +183,16 @@ TEST(CudnnModel, Fp32AndOddHeadDimAreRefusedWithAReason) {
   problem.head_dim = 36;
   const auto odd = cudnn->unsupported(problem);
   ASSERT_TRUE(odd.has_value());
+  problem.head_dim = 64;
+  problem.seq = 1;
+  const auto single = cudnn->unsupported(problem);
+  ASSERT_TRUE(single.has_value());
   if (cuda::cudnn_missing()) {  // then the reason is the missing cuDNN, whatever the problem
     EXPECT_EQ(*fp32, *cuda::cudnn_missing());
   } else {
     EXPECT_NE(fp32->find("fp32"), std::string::npos) << *fp32;
     EXPECT_NE(odd->find("head_dim"), std::string::npos) << *odd;
+    EXPECT_NE(single->find("N = 1"), std::string::npos) << *single;
   }
 }
 

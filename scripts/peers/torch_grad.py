@@ -15,7 +15,7 @@ Writes OUT/torch_grad.json and OUT/torch_grad.md; exits 1 when a row that ran is
 failed, 0 otherwise (a `skipped` row, e.g. cudnn in fp32, is not a failure).
 
 Usage: python3 scripts/peers/torch_grad.py OUT [--binary build-gpu/flashbench]
-       [--shapes 1x2x1x64,1x2x97x64,2x2x257x128,1x4x1024,128] [--mask both] [--dtype bf16,fp16,fp32]
+       [--shapes 1x2x1x64,1x2x97x64,2x2x256x128,1x4x1024x128] [--mask both] [--dtype bf16,fp16,fp32]
        [--impl standard,v1,...] (default: every implementation `flashbench info` lists for cuda)
 """
 import argparse
@@ -66,7 +66,7 @@ def reference(x, do, causal):
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    x = x.to(torch.float64).requires_grad_(True)
+    x = x.detach().clone().to(torch.float64).requires_grad_(True)  # a leaf of its own
     with sdpa_kernel(SDPBackend.MATH):
         o = F.scaled_dot_product_attention(x, x, x, is_causal=causal)
     o.backward(do.to(torch.float64))
@@ -77,7 +77,7 @@ def naive(x, do, causal, dtype):
     """The same layer written out in `dtype`: every stored tensor rounded to it, as a plain framework
     program would compute it."""
     import torch
-    x = x.to(dtype).requires_grad_(True)
+    x = x.detach().clone().to(dtype).requires_grad_(True)  # a leaf of its own
     n, d = x.shape[-2], x.shape[-1]
     s = (x @ x.transpose(-1, -2)) * (1.0 / math.sqrt(d))
     if causal:
@@ -172,7 +172,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", help="folder for torch_grad.json and torch_grad.md")
     p.add_argument("--binary", default="build-gpu/flashbench")
-    p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("1x2x1x64,1x2x97x64,2x2x257x128,1x4x1024x128"))
+    p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("1x2x1x64,1x2x97x64,2x2x256x128,1x4x1024x128"))
     p.add_argument("--mask", choices=["false", "true", "both"], default="both")
     p.add_argument("--dtype", default="bf16,fp16,fp32")
     p.add_argument("--impl", default="", help="comma-separated; default: every cuda implementation of the build")

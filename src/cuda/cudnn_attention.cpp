@@ -38,6 +38,32 @@ struct Plans {
 // cuDNN's fused attention kernels load head rows in 16-byte vectors: d a multiple of 8 elements.
 constexpr int64_t kHeadDimMultiple = 8;
 
+// What cuDNN's own frontend refuses or works around for the fused fp16/bf16 attention, by version
+// (its SDPA backward node): one query and one key; the backward of 9.10.0 and 9.10.1, which have
+// known bugs; and, up to 9.15, the backward for N not a multiple of 128 without a padding mask,
+// which the frontend then adds (this graph has none, so such N are declined there).
+constexpr size_t kBrokenBackwardFirst = 91000, kBrokenBackwardLast = 91001;
+constexpr size_t kLastNeedingPaddingMask = 91500;
+constexpr int64_t kUnpaddedSeqMultiple = 128;
+
+std::optional<std::string> declined_by_version(const Problem& problem, size_t version) {
+  if (problem.seq == 1) return std::string("cuDNN's fused attention does not take N = 1 (one query, one key)");
+  if (version >= kBrokenBackwardFirst && version <= kBrokenBackwardLast)
+    return fmt::format("cuDNN {}'s fused attention backward has known bugs (9.10.2 or later needed)", version);
+  if (version <= kLastNeedingPaddingMask && problem.seq % kUnpaddedSeqMultiple != 0)
+    return fmt::format("cuDNN {} (9.15 or older) computes the fused attention backward for N a multiple of {} "
+                       "only, without a padding mask, not N = {}",
+                       version, kUnpaddedSeqMultiple, problem.seq);
+  return std::nullopt;
+}
+
+// The score given to masked entries: the lowest float before 9.10 (what those versions expect),
+// -inf from then on, as cuDNN's frontend chooses.
+float masked_score(size_t version) {
+  constexpr size_t kInfinityFrom = 91000;
+  return version < kInfinityFrom ? std::numeric_limits<float>::lowest() : -std::numeric_limits<float>::infinity();
+}
+
 }  // namespace
 
 std::optional<std::string> cudnn_missing() {
@@ -117,6 +143,7 @@ std::optional<std::string> CudnnAttention::unsupported(const Problem& problem) c
     return fmt::format("cuDNN's fused attention needs head_dim a multiple of {}, not {}", kHeadDimMultiple,
                        problem.head_dim);
   if (!state_->load()) return state_->library_missing;
+  if (auto declined = declined_by_version(problem, state_->library->version)) return declined;
   try {
     const Plans& plans = state_->plans_for(problem);
     if (!plans.failure.empty()) return std::nullopt;  // not a property of the problem: the layer call fails
@@ -142,7 +169,7 @@ void CudnnAttention::forward(LayerCall& call, const void* X, void* O, KeptTensor
   RawBuffer workspace;
   if (plan.workspace_bytes() > 0) workspace = RawBuffer(call.space, Tag::workspace, plan.workspace_bytes());
   float scale = call.problem.scale();
-  float masked = std::numeric_limits<float>::lowest();
+  float masked = masked_score(state_->library->version);
   void* x = const_cast<void*>(X);
   std::vector<std::pair<Bind, void*>> bindings = {{Bind::Q, x},        {Bind::K, x},          {Bind::V, x},
                                                   {Bind::O, O},        {Bind::stats, kept["LSE"]},
@@ -174,7 +201,7 @@ void CudnnAttention::backward(LayerCall& call, const void* X, const void* O, Gra
     check_cuda(cudaMemsetAsync(dQ_accum.data(), 0, size_t(dQ_accum.bytes()), device.stream()), "cudaMemsetAsync");
   float scale = problem.scale();
   float one = 1.0f;
-  float masked = std::numeric_limits<float>::lowest();
+  float masked = masked_score(state_->library->version);
   void* x = const_cast<void*>(X);
   std::vector<std::pair<Bind, void*>> bindings = {
       {Bind::Q, x},

@@ -183,8 +183,8 @@ class GraphBuilder {
     add_operation(std::move(operation), "a reshape operation");
   }
 
-  // Scores with the entries above the diagonal (key j > query i) replaced by the lowest float, so
-  // that exp gives 0 there: keep = (row index ≥ column index).
+  // Scores with the entries above the diagonal (key j > query i) replaced by the bound `masked`
+  // value, so that exp gives 0 there: keep = (row index ≥ column index).
   int64_t causal_mask(int64_t scores) {
     const int64_t row = intermediate(scores_, CUDNN_DATA_INT32);
     pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, 0, row, CUDNN_DATA_INT32, 0, 2);

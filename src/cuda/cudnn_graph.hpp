@@ -34,7 +34,7 @@ enum class Bind : int64_t {
   dQ_accum,     // dQ accumulated in fp32 [B,H,N,d], scratch of the backward graph
   scale,        // by value: float 1/sqrt(d)
   one,          // by value: float 1 (the place of a dropout scale in the pattern)
-  masked,       // by value: float, the score given to masked entries (the lowest float)
+  masked,       // by value: float, the score given to masked entries (-inf, or the lowest float)
 };
 
 // What a graph is built for.
