@@ -87,7 +87,10 @@ struct CudnnAttention::State {
 
   ~State() {
     plans.clear();  // plans before the handle they were built with
-    if (handle) library->destroy(handle);
+    if (handle) {
+      library->set_stream(handle, nullptr);  // the device's stream may be gone already
+      library->destroy(handle);
+    }
   }
 
   // The plans of `problem` on the current GPU, built on first use.
