@@ -52,7 +52,11 @@ else
   fi
 fi
 
-{ nvidia-smi || true; nvcc --version; } >"$out/device.txt" 2>&1
+# `--impl cudnn` loads cuDNN at run time: where PyTorch's wheel carries the only one, point at it.
+if [ -z "${FLASHBENCH_CUDNN_LIBRARY:-}" ] && cudnn_library=$(python3 "$root/scripts/find_cudnn.py" 2>/dev/null); then
+  export FLASHBENCH_CUDNN_LIBRARY=$cudnn_library
+fi
+{ nvidia-smi || true; nvcc --version; echo "FLASHBENCH_CUDNN_LIBRARY=${FLASHBENCH_CUDNN_LIBRARY:-}"; } >"$out/device.txt" 2>&1
 echo "== configure"
 cmake -S "$root" -B "$build" ${cmake_args[@]+"${cmake_args[@]}"} >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 echo "== build"
@@ -64,7 +68,7 @@ ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 600 >"$out/ct
 status=$?
 set -e
 grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | head -40
-"$build/tests/flashbench_tests" --gtest_filter='Gpu/*:CudaBackend.*' --gtest_brief=1 >"$out/gpu-tests.log" 2>&1 || true
+"$build/tests/flashbench_tests" --gtest_filter='Gpu/*:CudaBackend.*:CudaDevice.*:CudnnDevice.*' --gtest_brief=1 >"$out/gpu-tests.log" 2>&1 || true
 grep -cE "^\[       OK \]|OK \]" "$out/gpu-tests.log" >/dev/null || true
 tail -3 "$out/gpu-tests.log"
 exit $status

@@ -365,18 +365,18 @@ TEST(CudaDevice, ModelAnswersWithoutOpeningTheDevice) {
   const int64_t r = problem.row_elements() * 4;
   const int64_t a = problem.qkv_elements() * 4;
   const auto implementations = cuda_entry().implementations();
-  ASSERT_EQ(implementations.size(), 5u);
+  ASSERT_GE(implementations.size(), 5u);  // the variants' defaults, v2.mma; cudnn has its own tests
   struct Expected {
     const char* name;
     const char* variant;
     int64_t forward, backward;
   };
   const Expected expected[] = {{"standard", "standard", 0, s},
-                                    {"v1", "v1", s, s},
-                                    {"v2", "v2", 0, r + a},
-                                    {"checkpoint", "checkpoint", s, 2 * s},
-                                    {"v2.mma", "v2", 0, r + a}};
-  for (size_t k = 0; k < implementations.size(); ++k) {
+                               {"v1", "v1", s, s},
+                               {"v2", "v2", 0, r + a},
+                               {"checkpoint", "checkpoint", s, 2 * s},
+                               {"v2.mma", "v2", 0, r + a}};
+  for (size_t k = 0; k < std::size(expected); ++k) {
     SCOPED_TRACE(expected[k].name);
     EXPECT_EQ(implementations[k]->name(), expected[k].name);
     EXPECT_EQ(to_string(implementations[k]->variant()), expected[k].variant);

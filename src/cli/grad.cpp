@@ -1,5 +1,7 @@
 // flashbench grad: one attention layer's forward and backward on arrays from .npy files, so anyone
-// can check the kernels against NumPy or PyTorch.
+// can check the kernels against NumPy or PyTorch. On the CPU (the default) the fp32 kernels run on
+// separate Q, K, V; on another backend (cuda) the device's implementation runs one layer of the
+// self-attention stack the benchmark measures (Q = K = V = X), in the storage dtype asked for.
 #include <omp.h>
 
 #include <cmath>
@@ -11,6 +13,8 @@
 
 #include "cli/commands.hpp"
 #include "flashbench/cpu/kept.hpp"
+#include "flashbench/harness/registry.hpp"
+#include "flashbench/harness/runner.hpp"
 #include "flashbench/harness/stack.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/npy.hpp"
@@ -21,7 +25,11 @@ namespace flashbench::cli {
 namespace {
 
 struct GradOptions {
+  std::string backend = "cpu";
+  std::string dtype = "fp32";
+  std::string impl;  // an implementation by name (cudnn, a kernel revision); empty: the variant's default
   std::string variant = "v2";
+  bool variant_given = false;  // --variant on the command line (else --impl's own variant counts)
   bool causal = false;
   std::string q, k, v, dO, out;
   int threads = 0;
@@ -51,7 +59,52 @@ NpyArray read_operand(const std::string& path, const std::string& flag) {
   return array;
 }
 
+// One layer of the device's implementation on X = Q (= K = V), through the harness's untimed pass:
+// o.npy = X_1 and dx.npy = dX_0 = dQ + dK + dV, the gradient the layer stack passes down.
+int run_grad_on_device(const GradOptions& options) {
+  const Variant variant = parse_variant(options.variant);
+  const Dtype dtype = parse_dtype(options.dtype);
+  const DeviceEntry& entry = registry().device(options.backend);
+  const std::string name = options.impl.empty() ? std::string(to_string(variant)) : options.impl;
+  std::unique_ptr<Implementation> implementation = std::move(select_implementations(entry, {name}).front());
+  if (options.variant_given && implementation->variant() != variant)
+    throw UsageError(fmt::format("--impl {} is variant {}, not --variant {}", options.impl,
+                                 to_string(implementation->variant()), options.variant));
+  const NpyArray X = read_operand(options.q, "--q"), K = read_operand(options.k, "--k"),
+                 V = read_operand(options.v, "--v"), dO = read_operand(options.dO, "--do");
+  for (const auto& [array, flag] : {std::pair{&K, "--k"}, std::pair{&V, "--v"}})
+    if (array->shape != X.shape || array->data != X.data)
+      throw UsageError(fmt::format("--backend {} runs the self-attention layer the benchmark measures: {} must "
+                                   "hold the same array as --q (Q = K = V = X)",
+                                   options.backend, flag));
+  if (dO.shape != X.shape)
+    throw UsageError(fmt::format("--do has shape [{}] but --q has [{}]", fmt::join(dO.shape, ", "),
+                                 fmt::join(X.shape, ", ")));
+  Problem problem;
+  problem.batch = X.shape[0];
+  problem.heads = X.shape[1];
+  problem.seq = X.shape[2];
+  problem.head_dim = X.shape[3];
+  problem.layers = 1;
+  problem.causal = options.causal;
+  problem.dtype = dtype;
+  validate(problem);
+  std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = options.threads});
+  const Runner::Pass pass = Runner(*device, RunOptions{}).run_once(problem, *implementation, X.data, dO.data);
+
+  std::error_code error;
+  std::filesystem::create_directories(options.out, error);
+  if (error) throw RuntimeFailure(fmt::format("cannot create '{}': {}", options.out, error.message()));
+  for (const auto& [file, data] : {std::pair{"o.npy", &pass.output}, std::pair{"dx.npy", &pass.input_grad}})
+    write_file_atomically((std::filesystem::path(options.out) / file).string(), encode_npy(X.shape, *data));
+  return 0;
+}
+
 int run_grad(const GradOptions& options) {
+  if (options.backend != "cpu") return run_grad_on_device(options);
+  if (options.dtype != "fp32" || !options.impl.empty())
+    throw UsageError("grad on the cpu backend runs the fp32 kernels on separate Q, K, V: --dtype and --impl "
+                     "are for another backend (--backend cuda)");
   const Variant variant = parse_variant(options.variant);
   const NpyArray Q = read_operand(options.q, "--q"), K = read_operand(options.k, "--k"),
                  V = read_operand(options.v, "--v"), dO = read_operand(options.dO, "--do");
@@ -94,16 +147,29 @@ int run_grad(const GradOptions& options) {
 void register_grad(CLI::App& app) {
   auto options = std::make_shared<GradOptions>();
   CLI::App* sub = app.add_subcommand(
-      "grad", "One layer's O, dQ, dK, dV from Q, K, V, dO in .npy files ([B,H,N,d], float32 or float64)");
+      "grad", "One layer's O and gradients from .npy files ([B,H,N,d], float32 or float64): O, dQ, dK, dV on "
+              "the cpu; O, dX = dQ + dK + dV on cuda");
+  sub->add_option("--backend", options->backend,
+                  "cpu: the fp32 kernels on separate Q, K, V; cuda: one layer of the GPU's implementation, "
+                  "Q = K = V = X in --dtype, writing o.npy and dx.npy (dQ + dK + dV)")
+      ->capture_default_str();
+  sub->add_option("--dtype", options->dtype, "Storage dtype on --backend cuda: fp32, bf16 or fp16")
+      ->capture_default_str();
+  sub->add_option("--impl", options->impl, "An implementation by name on --backend cuda (e.g. cudnn)");
   sub->add_option("--variant", options->variant, "standard, v1, v2 or checkpoint")->capture_default_str();
   sub->add_flag("--causal", options->causal, "Apply the causal mask");
   sub->add_option("--q", options->q, "Q.npy [B,H,N,d]")->required();
   sub->add_option("--k", options->k, "K.npy [B,H,N,d]")->required();
   sub->add_option("--v", options->v, "V.npy [B,H,N,d]")->required();
   sub->add_option("--do", options->dO, "dO.npy [B,H,N,d], the gradient of the loss with respect to O")->required();
-  sub->add_option("--out", options->out, "Directory for o.npy, dq.npy, dk.npy, dv.npy (float32)")->required();
+  sub->add_option("--out", options->out,
+                  "Directory for o.npy, dq.npy, dk.npy, dv.npy (cpu) or o.npy, dx.npy (cuda), float32")
+      ->required();
   sub->add_option("--threads", options->threads, "OpenMP threads (default: all cores)");
-  set_action(sub, [options](const std::vector<std::string>&) { return run_grad(*options); });
+  set_action(sub, [options, sub](const std::vector<std::string>&) {
+    options->variant_given = sub->count("--variant") > 0;
+    return run_grad(*options);
+  });
 }
 
 }  // namespace flashbench::cli

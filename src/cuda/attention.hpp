@@ -58,7 +58,8 @@ class CudaAttention final : public Implementation {
   std::string summary_;
 };
 
-// standard, v1, v2, checkpoint (each variant's default, in that order), then v2.mma.
+// standard, v1, v2, checkpoint (each variant's default, in that order), then v2.mma, then cudnn (v2 by
+// cuDNN).
 std::vector<std::unique_ptr<Implementation>> implementations();
 
 // ---- defined by device.cpp (with CUDA) or unavailable.cpp (without) ----

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "attention.hpp"
+#include "cudnn_attention.hpp"
 #include "flashbench/harness/registry.hpp"
 
 namespace flashbench {
@@ -62,6 +63,7 @@ std::vector<std::unique_ptr<Implementation>> implementations() {
   all.push_back(std::make_unique<CudaAttention>(
       Variant::v2, "v2.mma", CudaAttention::Kernels::mma_sync,
       "v2 with the earlier mma.sync kernels on every GPU (FlashAttention-2 style, 8 warps per block)"));
+  all.push_back(std::make_unique<CudnnAttention>());  // after v2: `--impl v2` stays flashbench's own
   return all;
 }
 

@@ -1,0 +1,223 @@
+// Tests of `--impl cudnn` (cuDNN's fused attention inside flashbench). On a GPU with cuDNN: the layer
+// stack against the float64 reference on the trap shapes (N = 1, prime N, causal, large logits,
+// d = 64 and 128, bf16 and fp16, L = 2; N = 1 and N not a multiple of 128 where this cuDNN runs them) with FlashAttention's bar (at most 3× the error of the same
+// computation done naively in the storage precision, plus what exp costs at the largest logit); its
+// measured memory equal to its model, cuDNN's workspace included, through the runner beside v2 on
+// the same inputs. Those skip where there is no GPU or no cuDNN. Everywhere: fp32 and head dims
+// cuDNN's kernels cannot take are refused with a reason, and its model without a GPU counts what
+// flashbench itself allocates around cuDNN.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flashbench/cuda/device.hpp"
+#include "flashbench/harness/reference.hpp"
+#include "flashbench/harness/registry.hpp"
+#include "flashbench/harness/runner.hpp"
+#include "flashbench/model.hpp"
+#include "flashbench/storage.hpp"
+
+namespace flashbench {
+namespace {
+
+#define SKIP_WITHOUT_CUDNN()                                                   \
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";            \
+  if (auto missing = cuda::cudnn_missing()) GTEST_SKIP() << "no cuDNN: " << *missing
+
+const DeviceEntry& cuda_entry() { return registry().device("cuda"); }
+
+std::unique_ptr<Implementation> implementation(const std::string& name) {
+  return std::move(select_implementations(cuda_entry(), {name}).front());
+}
+
+struct Case {
+  Dtype dtype;
+  int64_t seq;
+  int64_t head_dim;
+  bool causal;
+  double input_scale = 1.0;  // > 1 gives large logits: S_ii ≈ input_scale² · sqrt(d)
+  // A shape cuDNN may decline (no engine: a skipped row, its reason printed); every other trap shape
+  // must run, so that a graph cuDNN does not recognise cannot pass as a skip.
+  bool may_be_declined = false;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string name = std::string(to_string(c.dtype)) + "_N" + std::to_string(c.seq) + "_d" +
+                     std::to_string(c.head_dim) + (c.causal ? "_causal" : "");
+  if (c.input_scale != 1.0) name += "_large_logits";
+  return name;
+}
+
+// max |x − ref| / max |ref| of a double result, narrowed as a device's output would be.
+double relative_error(const std::vector<double>& x, const std::vector<double>& ref) {
+  const std::vector<float> narrowed(x.begin(), x.end());
+  return max_relative_error(narrowed, ref);
+}
+
+class CudnnVsFloat64 : public testing::TestWithParam<Case> {};
+
+TEST_P(CudnnVsFloat64, StackMatchesReference) {
+  SKIP_WITHOUT_CUDNN();
+  const Case& c = GetParam();
+  Problem problem;
+  problem.batch = 1;
+  problem.heads = 2;
+  problem.seq = c.seq;
+  problem.head_dim = c.head_dim;
+  problem.layers = 2;
+  problem.causal = c.causal;
+  problem.dtype = c.dtype;
+
+  std::mt19937_64 generator(0xc0d0 ^ uint64_t(c.seq * 131 + c.head_dim * 7 + int(c.dtype) * 3 + c.causal));
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<float> X0(problem.qkv_elements()), dO(problem.qkv_elements());
+  for (float& x : X0) x = float(round_to(c.dtype, c.input_scale * normal(generator)));
+  for (float& x : dO) x = float(round_to(c.dtype, normal(generator)));
+  const std::vector<double> X0_exact(X0.begin(), X0.end()), dO_exact(dO.begin(), dO.end());
+
+  std::unique_ptr<Device> device = cuda_entry().open(DeviceOptions{});
+  std::unique_ptr<Implementation> cudnn = implementation("cudnn");
+  if (const auto declined = cudnn->unsupported(problem)) {
+    if (c.may_be_declined) GTEST_SKIP() << "cuDNN declines: " << *declined;
+    FAIL() << "cuDNN declines a shape it is meant to run: " << *declined;
+  }
+  const Runner::Pass gpu = Runner(*device, RunOptions{}).run_once(problem, *cudnn, X0, dO);
+
+  const ReferenceShape shape{problem.heads_total(), problem.seq, problem.head_dim, problem.causal};
+  const StackReference exact = reference_stack(shape, problem.layers, X0_exact, dO_exact);
+  const StackReference naive = reference_stack(shape, problem.layers, X0_exact, dO_exact, c.dtype);
+  const double output_error = max_relative_error(gpu.output, exact.output);
+  const double grad_error = max_relative_error(gpu.input_grad, exact.input_grad);
+  ASSERT_TRUE(std::isfinite(output_error) && std::isfinite(grad_error)) << "non-finite output or gradient";
+  const double naive_error = std::max(relative_error(naive.output, exact.output),
+                                      relative_error(naive.input_grad, exact.input_grad));
+  // exp(S − LSE) in fp32 carries about |S|·2⁻²⁴ of relative error whatever computes it.
+  const double logit_bound = 8.0 * exact.max_abs_score * std::ldexp(1.0, -24);
+  const double bar = 3.0 * naive_error + logit_bound + 1e-6;
+  EXPECT_LE(output_error, bar) << "X_L: naive " << to_string(c.dtype) << " error " << naive_error;
+  EXPECT_LE(grad_error, bar) << "dX_0: naive " << to_string(c.dtype) << " error " << naive_error;
+}
+
+std::vector<Case> trap_cases() {
+  std::vector<Case> cases;
+  for (Dtype t : {Dtype::bf16, Dtype::fp16}) {
+    // Shapes every cuDNN 9 this implementation accepts must run: N a multiple of 128.
+    cases.push_back({t, 128, 64, true});
+    cases.push_back({t, 256, 128, false});
+    cases.push_back({t, 384, 128, true});         // rows across several tiles, causal
+    cases.push_back({t, 256, 64, false, 4.0});    // large logits
+    // Shapes cuDNN declines by version (N = 1 always; N not a multiple of 128 up to 9.15, where its
+    // backward needs a padding mask): skipped with the reason there, checked where it runs them.
+    cases.push_back({t, 1, 64, true, 1.0, true});      // one row, one key
+    cases.push_back({t, 97, 64, false, 1.0, true});    // prime N: no tile divides it
+    cases.push_back({t, 97, 128, true, 1.0, true});
+    cases.push_back({t, 200, 128, true, 1.0, true});
+    cases.push_back({t, 131, 64, false, 4.0, true});   // large logits, prime N
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, CudnnVsFloat64, testing::ValuesIn(trap_cases()), case_name);
+
+RunOptions quick_options() {
+  RunOptions options;
+  options.sampling.warmup = 1;
+  options.sampling.warmup_ms = 0;
+  options.sampling.min_samples = 3;
+  options.sampling.max_samples = 3;
+  options.sampling.max_time_s = 1.0;
+  return options;
+}
+
+// Through the runner beside v2, on the same inputs: both pass the float64 check, cudnn keeps
+// exactly what v2 keeps, and its ledger equals its model tag by tag, cuDNN's workspace included
+// (the pre-flight built the plans before the model was asked).
+TEST(CudnnDevice, MeasuredMemoryMatchesModelBesideV2) {
+  SKIP_WITHOUT_CUDNN();
+  Problem problem;
+  problem.batch = 2;
+  problem.heads = 3;
+  problem.seq = 384;  // a multiple of 128: every cuDNN 9 this implementation accepts runs it
+  problem.head_dim = 64;
+  problem.layers = 3;
+  problem.causal = true;
+  problem.dtype = Dtype::bf16;
+  std::unique_ptr<Device> device = cuda_entry().open(DeviceOptions{});
+  const auto implementations = select_implementations(cuda_entry(), {"v2", "cudnn"});
+  const std::vector<Implementation*> chosen = {implementations[0].get(), implementations[1].get()};
+  const std::vector<Row> rows = Runner(*device, quick_options()).run(problem, chosen);
+  ASSERT_EQ(rows.size(), 2u);
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.implementation());
+    ASSERT_EQ(row.status, Status::ok) << row.reason;
+    ASSERT_TRUE(row.model.has_value());
+    EXPECT_EQ(row.measured.peak_bytes, row.model->peak_bytes);
+    for (Tag tag : kAllTags) EXPECT_EQ(row.measured.by_tag[tag], row.model->by_tag[tag]) << to_string(tag);
+    ASSERT_TRUE(row.check.has_value()) << row.not_checked;
+    EXPECT_TRUE(row.check->passed()) << row.check->max_rel_err << " > " << row.check->tolerance;
+  }
+  EXPECT_EQ(rows[1].impl, "cudnn");
+  EXPECT_EQ(rows[1].variant, Variant::v2);
+  EXPECT_EQ(rows[1].measured.kept_bytes, rows[0].measured.kept_bytes);
+}
+
+// ---- everywhere ----
+
+// fp32, a head dim that is not a multiple of 8 and N = 1 are refused with a reason (a skipped row),
+// GPU or not, cuDNN or not.
+TEST(CudnnModel, Fp32OddHeadDimAndOneRowAreRefusedWithAReason) {
+  std::unique_ptr<Implementation> cudnn = implementation("cudnn");
+  Problem problem;
+  problem.seq = 64;
+  problem.dtype = Dtype::fp32;
+  const auto fp32 = cudnn->unsupported(problem);
+  ASSERT_TRUE(fp32.has_value());
+  problem.dtype = Dtype::bf16;
+  problem.head_dim = 36;
+  const auto odd = cudnn->unsupported(problem);
+  ASSERT_TRUE(odd.has_value());
+  problem.head_dim = 64;
+  problem.seq = 1;
+  const auto single = cudnn->unsupported(problem);
+  ASSERT_TRUE(single.has_value());
+  if (cuda::cudnn_missing()) {  // then the reason is the missing cuDNN, whatever the problem
+    EXPECT_EQ(*fp32, *cuda::cudnn_missing());
+  } else {
+    EXPECT_NE(fp32->find("fp32"), std::string::npos) << *fp32;
+    EXPECT_NE(odd->find("head_dim"), std::string::npos) << *odd;
+    EXPECT_NE(single->find("N = 1"), std::string::npos) << *single;
+  }
+}
+
+// Without plans (no GPU asked), its costs are what flashbench allocates around cuDNN: dK and dV in
+// the storage dtype beside dX (grad), the row dot and the fp32 dQ accumulator (workspace), nothing
+// in forward; it keeps what v2 keeps.
+TEST(CudnnModel, CostsWithoutPlansCountFlashbenchsOwnBuffers) {
+  const DeviceEntry& entry = cuda_entry();
+  std::unique_ptr<Implementation> cudnn = implementation("cudnn");
+  EXPECT_EQ(cudnn->variant(), Variant::v2);
+  Problem problem;
+  problem.batch = 2;
+  problem.heads = 3;
+  problem.seq = 257;
+  problem.head_dim = 64;
+  problem.dtype = Dtype::fp16;
+  const ModelParams params = entry.offline_params(problem, DeviceOptions{});
+  const LayerCosts costs = cudnn->costs(problem, params);
+  const int64_t qkv = 2 * 3 * 257 * 64, rows = 2 * 3 * 257;
+  EXPECT_EQ(costs.forward_workspace_bytes, 0);
+  EXPECT_EQ(costs.backward_workspace_bytes, rows * 4 + qkv * 4);
+  EXPECT_EQ(costs.backward_extra_grad_bytes, 2 * qkv * 2);
+  const ModelledMemory model = model_memory(problem, cudnn->variant(), costs, params);
+  EXPECT_EQ(model.kept_bytes, problem.layers * kept_bytes_per_layer(Variant::v2, problem));
+}
+
+}  // namespace
+}  // namespace flashbench
