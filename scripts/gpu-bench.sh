@@ -7,9 +7,12 @@
 #   scripts/gpu-bench.sh OUTPUT_DIR
 #
 # Environment (defaults are the H200 sweep of issue 6): SEQS="1024 ... 65536", TOKENS=16384 (B = max(1,
-# TOKENS/N)), HEADS=16, HEAD_DIM=128, DTYPE=bf16, MASKS="false true", MAX_TIME=3 [s per configuration],
-# SKIP_CHECK=1 to reuse an existing build, SKIP_PEERS=1, BUILD_DIR (default build-gpu; gpu-check
-# configures only a folder without a CMake cache and refuses one configured otherwise: exit 3).
+# TOKENS/N)), HEADS=16, HEAD_DIMS="128" (a list: one sweep per head dim; HEAD_DIM is the old name of a
+# single one), DTYPE=bf16, MASKS="false true", MAX_TIME=3 [s per configuration], IMPLS (a comma list
+# of implementations, e.g. "standard,v2,v2.mma,cudnn"; default: every variant's default),
+# PEER_BACKENDS (default all four torch SDPA backends), SKIP_CHECK=1 to reuse an existing build,
+# SKIP_PEERS=1, BUILD_DIR (default build-gpu; gpu-check configures only a folder without a CMake
+# cache and refuses one configured otherwise: exit 3).
 set -euo pipefail
 out=${1:?usage: scripts/gpu-bench.sh OUTPUT_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,7 +20,9 @@ build=${BUILD_DIR:-$root/build-gpu}
 seqs=${SEQS:-"1024 2048 4096 8192 16384 32768 65536"}
 tokens=${TOKENS:-16384}
 heads=${HEADS:-16}
-head_dim=${HEAD_DIM:-128}
+head_dims=${HEAD_DIMS:-${HEAD_DIM:-128}}
+if [ -n "${IMPLS:-}" ]; then selection=(--impl "$IMPLS"); else selection=(--variant all); fi
+peer_backends=${PEER_BACKENDS:-math,flash,efficient,cudnn}
 dtype=${DTYPE:-bf16}
 masks=${MASKS:-"false true"}
 max_time=${MAX_TIME:-3}
@@ -33,23 +38,31 @@ if [ "${SKIP_CHECK:-0}" != 1 ]; then
   fi
 fi
 flashbench=$build/flashbench
-
-echo "== sweep: N in {$seqs}, B·N = $tokens, H = $heads, d = $head_dim, $dtype"
-for causal in $masks; do
-  for n in $seqs; do
-    batch=$(( tokens / n > 0 ? tokens / n : 1 ))
-    "$flashbench" run --backend cuda --variant all --dtype "$dtype" --seq "$n" --batch "$batch" --heads "$heads" \
-      --head-dim "$head_dim" --mask "$causal" --warmup 2 --min-samples 5 --max-time "$max_time" \
-      --format jsonl --out "$out/rows/cuda-n$n-causal-$causal.jsonl" || echo "run N=$n causal=$causal exited $?"
-  done
-done
-
-if [ "${SKIP_PEERS:-0}" != 1 ]; then
-  echo "== peers: torch SDPA"
-  python3 "$root/scripts/peers/torch_sdpa.py" --out "$out/rows/peers-torch-sdpa.json" --seq "${seqs// /,}" \
-    --tokens "$tokens" --heads "$heads" --head-dim "$head_dim" --dtype "$dtype" --max-time "$max_time" \
-    --mask "$( [ "$masks" = "false true" ] && echo both || echo "$masks" )" | tee "$out/peers.log" || true
+# `--impl cudnn` loads cuDNN at run time; where PyTorch's wheel carries the only one, point at it.
+if [ -z "${FLASHBENCH_CUDNN_LIBRARY:-}" ] && cudnn_library=$(python3 "$root/scripts/find_cudnn.py" 2>/dev/null); then
+  export FLASHBENCH_CUDNN_LIBRARY=$cudnn_library
 fi
+
+for head_dim in $head_dims; do
+  echo "== sweep: N in {$seqs}, B·N = $tokens, H = $heads, d = $head_dim, $dtype, ${selection[*]}"
+  for causal in $masks; do
+    for n in $seqs; do
+      batch=$(( tokens / n > 0 ? tokens / n : 1 ))
+      "$flashbench" run --backend cuda "${selection[@]}" --dtype "$dtype" --seq "$n" --batch "$batch" \
+        --heads "$heads" --head-dim "$head_dim" --mask "$causal" --warmup 2 --min-samples 5 --max-time "$max_time" \
+        --format jsonl --out "$out/rows/cuda-d$head_dim-n$n-causal-$causal.jsonl" ||
+        echo "run d=$head_dim N=$n causal=$causal exited $?"
+    done
+  done
+
+  if [ "${SKIP_PEERS:-0}" != 1 ]; then
+    echo "== peers: torch SDPA, d = $head_dim"
+    python3 "$root/scripts/peers/torch_sdpa.py" --out "$out/rows/peers-torch-sdpa-d$head_dim.json" \
+      --seq "${seqs// /,}" --tokens "$tokens" --heads "$heads" --head-dim "$head_dim" --dtype "$dtype" \
+      --max-time "$max_time" --backends "$peer_backends" \
+      --mask "$( [ "$masks" = "false true" ] && echo both || echo "$masks" )" | tee -a "$out/peers.log" || true
+  fi
+done
 
 echo "== merge"
 # flashbench merge: the rows files of the runs over N (one whole sweep each), then the peers' (their

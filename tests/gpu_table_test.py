@@ -1,0 +1,87 @@
+"""scripts/gpu_table.py on a committed H200 run (results/h200-wgmma/w3): every cell it prints comes
+from the files (the v2 medians and rate are the rows' own, the ratios are the peers' backward time
+over v2's), shapes are sorted by d, N and mask, and an unreadable file is one line on stderr with
+exit status 2.
+
+Run by CTest as: python3 gpu_table_test.py FLASHBENCH_BINARY SOURCE_DIR (the binary is not needed).
+"""
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+SOURCE_DIR = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+RUN = os.path.join(SOURCE_DIR, "results", "h200-wgmma", "w3")
+sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts"))
+import gpu_table  # noqa: E402
+
+
+def rows_of(name):
+    with open(os.path.join(RUN, name), encoding="utf-8") as handle:
+        if name.endswith(".json"):
+            return json.load(handle)["rows"]
+        return [row for row in map(json.loads, handle) if "status" in row]
+
+
+def render(paths):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = gpu_table.main(paths)
+    return status, out.getvalue(), err.getvalue()
+
+
+class GpuTableTest(unittest.TestCase):
+    files = ["bf16-d128-n16384-true.jsonl", "bf16-d64-n4096-false.jsonl", "peers-bf16-d128.json",
+             "peers-bf16-d64.json"]
+
+    def setUp(self):
+        status, self.text, _ = render([os.path.join(RUN, name) for name in self.files])
+        self.assertEqual(status, 0)
+        self.lines = [line for line in self.text.splitlines() if line.startswith("| 1") or line.startswith("| 6")]
+
+    def cells(self, d, n, causal):
+        for line in self.lines:
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            if cells[:3] == [str(d), str(n), "yes" if causal else "no"]:
+                return cells
+        self.fail(f"no line for d={d} N={n} causal={causal} in:\n{self.text}")
+
+    def test_cells_come_from_the_rows(self):
+        ours = next(row for row in rows_of("bf16-d128-n16384-true.jsonl") if row["impl"] == "v2")
+        peers = {row["backend"]: row for row in rows_of("peers-bf16-d128.json")
+                 if row["problem"]["seq"] == 16384 and row["problem"]["causal"]}
+        cells = self.cells(128, 16384, True)
+        self.assertEqual(cells[3], f"{ours['timing']['fwd']['median_ms']:.3f}")
+        self.assertEqual(cells[6], f"{ours['timing']['bwd']['median_ms']:.3f}")
+        self.assertEqual(cells[7], f"{ours['throughput']['bwd_tflops']:.0f}")
+        flash_bwd = peers["torch-sdpa-flash"]["timing"]["bwd"]["median_ms"]
+        cudnn_bwd = peers["torch-sdpa-cudnn"]["timing"]["bwd"]["median_ms"]
+        self.assertEqual(cells[8], f"{flash_bwd:.3f}")
+        self.assertEqual(cells[10], f"{flash_bwd / ours['timing']['bwd']['median_ms']:.2f}")
+        self.assertEqual(cells[11], f"{cudnn_bwd / ours['timing']['bwd']['median_ms']:.2f}")
+        measured = ours["memory"]["measured"]
+        self.assertEqual(cells[14], f"{(measured['peak_bytes'] - measured['by_tag']['input']) / 2**30:.2f}")
+        self.assertEqual(cells[12], "–")  # no cudnn (ours) row in these files
+
+    def test_only_shapes_with_a_v2_row_sorted_by_head_dim_then_n(self):
+        self.assertEqual(len(self.lines), 2)
+        self.assertTrue(self.lines[0].startswith("| 64 | 4096 | no"))
+        self.assertTrue(self.lines[1].startswith("| 128 | 16384 | yes"))
+
+    def test_unreadable_file_is_one_line_and_status_2(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "broken.json")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write("{not json")
+            status, out, err = render([path])
+        self.assertEqual(status, 2)
+        self.assertEqual(out, "")
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        self.assertIn("broken.json", err)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
