@@ -271,7 +271,7 @@ Preset korthikanti(const ModelSource& model) {
   preset.rows.push_back(row);
 
   row = make_row("checkpoint kept per layer", kNotPrinted, std::nullopt, std::nullopt, "");
-  set_flashbench(row, double(m.checkpoint.kept_bytes), "checkpoint: the layer input only (the mask redrawn)");
+  set_flashbench(row, double(m.checkpoint.kept_bytes), "checkpoint: nothing beyond the layer input (the mask redrawn)");
   preset.rows.push_back(row);
   return preset;
 }
