@@ -54,11 +54,23 @@ def dig(record, *keys):
 
 
 def shape_of(problem, with_batch=True):
-    """Every axis but N, as a label: "B=1 H=8 d=64 L=1 fp32" (+ " causal")."""
+    """Every axis but N, as a label: "B=1 H=8 d=64 L=1 fp32" (+ " causal", and "G=", "Nk=",
+    "expand-kv", "dropout=" where a row has them, docs/workloads.md)."""
     text = f"B={problem.get('batch')} " if with_batch else ""
-    text += f"H={problem.get('heads')} d={problem.get('head_dim')} L={problem.get('layers', 1)}"
+    heads = problem.get("heads")
+    text += f"H={heads}"
+    if problem.get("kv_heads", heads) != heads:
+        text += f" G={problem.get('kv_heads')}"
+    text += f" d={problem.get('head_dim')} L={problem.get('layers', 1)}"
     if problem.get("causal"):
         text += " causal"
+    # N_k joins the label only where it is fixed apart from N (a sweep over N with N_k = N is one series).
+    if "seq_k" in problem and problem.get("seq_k") != problem.get("seq"):
+        text += f" Nk={problem.get('seq_k')}"
+    if problem.get("expand_kv"):
+        text += " expand-kv"
+    if problem.get("dropout"):
+        text += f" dropout={problem.get('dropout'):g}"
     return text + f" {problem.get('dtype', 'fp32')}"
 
 

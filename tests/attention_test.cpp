@@ -73,8 +73,8 @@ StackResult run_cpu_stack(Variant variant, const Problem& problem, const std::ve
   StackResult result;
   result.output = device->download(stack.output(), problem.dtype, 0, problem.qkv_elements());
   {
-    RawBuffer dX0 = stack.backward(X0_stored.data(), dO_stored.data());
-    result.input_grad = device->download(dX0.data(), device->gradient_dtype(problem), 0, problem.qkv_elements());
+    const LayerStack::Gradients gradients = stack.backward(X0_stored.data(), dO_stored.data());
+    result.input_grad = device->download(gradients.input.data(), device->gradient_dtype(problem), 0, problem.qkv_elements());
   }
   EXPECT_EQ(ledger.live().total(), ledger.live()[Tag::input]) << "the stack must free all but its inputs";
   return result;

@@ -40,6 +40,9 @@ struct GridPoint {
   bool causal;
   int threads;
   Dtype dtype = Dtype::fp32;
+  int64_t kv_heads = 0, seq_kv = 0;  // G and N_k (0: H and N)
+  bool expand_kv = false;
+  double dropout = 0;
 };
 
 class ModelMatchesCpu : public ::testing::TestWithParam<GridPoint> {};
@@ -48,6 +51,10 @@ TEST_P(ModelMatchesCpu, PeakKeptSplitAndPhase) {
   const GridPoint g = GetParam();
   Problem problem = make_problem(g.batch, g.heads, g.seq, g.head_dim, g.layers, g.causal);
   problem.dtype = g.dtype;
+  problem.kv_heads = g.kv_heads;
+  problem.seq_kv = g.seq_kv;
+  problem.expand_kv = g.expand_kv;
+  problem.dropout = g.dropout;
   RunOptions options;
   options.sampling.warmup = 0;
   options.sampling.warmup_ms = 0;
@@ -84,6 +91,21 @@ std::vector<GridPoint> grid() {
   // 16-bit storage: fp32 gradients are then larger than the layer outputs, which moves some peaks.
   for (Dtype dtype : {Dtype::bf16, Dtype::fp16})
     for (int64_t layers : {1, 3}) points.push_back({1, 2, 131, 24, layers, true, 2, dtype});
+  // The stack attending to a context: N_k ≠ N both ways, GQA and MQA, native and repeated K/V (the
+  // repeated Kx, Vx kept; checkpoint's in workspace), the context's gradient dC alive through backward.
+  for (int64_t layers : {1, 3})
+    for (bool expand : {false, true}) {
+      points.push_back({2, 4, 37, 24, layers, true, 2, Dtype::fp32, 1, 53, expand});
+      points.push_back({1, 4, 53, 24, layers, false, 1, Dtype::fp32, 2, 37, expand});
+      points.push_back({1, 4, 64, 16, layers, true, 2, Dtype::fp32, 2, 0, expand});
+    }
+  points.push_back({1, 2, 37, 24, 2, true, 2, Dtype::fp32, 0, 101});  // G = H, N_k > N
+  // Dropout: standard and v1 keep the 1-byte mask and P̃, checkpoint redraws them in its backward's
+  // workspace, v2 keeps nothing more.
+  for (int64_t layers : {1, 3}) {
+    points.push_back({1, 2, 131, 24, layers, true, 2, Dtype::fp32, 0, 0, false, 0.1});
+    points.push_back({1, 4, 37, 24, layers, false, 2, Dtype::fp32, 2, 61, true, 0.3});
+  }
   return points;
 }
 
@@ -93,7 +115,10 @@ INSTANTIATE_TEST_SUITE_P(Grid, ModelMatchesCpu, ::testing::ValuesIn(grid()),
                            return "B" + std::to_string(g.batch) + "H" + std::to_string(g.heads) + "N" +
                                   std::to_string(g.seq) + "d" + std::to_string(g.head_dim) + "L" +
                                   std::to_string(g.layers) + (g.causal ? "causal" : "full") + "T" +
-                                  std::to_string(g.threads) + std::string(to_string(g.dtype));
+                                  std::to_string(g.threads) + std::string(to_string(g.dtype)) +
+                                  (g.kv_heads ? "G" + std::to_string(g.kv_heads) : "") +
+                                  (g.seq_kv ? "Nk" + std::to_string(g.seq_kv) : "") + (g.expand_kv ? "expand" : "") +
+                                  (g.dropout > 0 ? "dropout" : "");
                          });
 
 // ---- the closed form against schedules counted by hand ----
@@ -250,6 +275,24 @@ TEST(Presets, Seed002FormulaPrintedAndFlags) {
     EXPECT_EQ(row.explanation.empty(), !expected) << row.quantity;
     EXPECT_TRUE(row.flashbench.has_value()) << row.quantity;
   }
+}
+
+// Korthikanti et al.: GPT-3 175B's 5as/h = 80 printed and recomputed (no mismatch flag), and the 5as²b
+// of P, the 1-byte mask and the dropped P is exactly what standard with dropout keeps per layer.
+TEST(Presets, KorthikantiGpt3) {
+  const Preset preset = make_preset("korthikanti", testing::cpu_model(2));
+  const PresetRow& coefficient = find_row(preset, "5as/h, the attention-score coefficient");
+  EXPECT_DOUBLE_EQ(*coefficient.formula, 80.0);
+  EXPECT_FALSE(coefficient.mismatch);
+  const double a = 96, s = 2048, h = 12288;
+  EXPECT_DOUBLE_EQ(*find_row(preset, "per-layer activations, no recompute: sbh(34 + 5as/h)").formula,
+                   s * h * (34 + 80));
+  const PresetRow& scores = find_row(preset, "5as^2b: softmax P, dropout mask, dropped P");
+  EXPECT_DOUBLE_EQ(*scores.formula, 5 * a * s * s);
+  EXPECT_DOUBLE_EQ(*scores.flashbench, *scores.formula);
+  EXPECT_NEAR(*find_row(preset, "share of a layer's activations selective recompute saves").formula, 70.18, 0.01);
+  const PresetRow& selective = find_row(preset, "per-layer activations, selective recompute: 34sbh");
+  EXPECT_DOUBLE_EQ(*selective.flashbench, 2 * s * h + 4 * a * s);  // v2 keeps O (fp16) and LSE (fp32): nothing s x s
 }
 
 TEST(Presets, Seed000AndSeed003) {

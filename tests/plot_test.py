@@ -36,6 +36,17 @@ def plot(*arguments):
 
 
 class PlotTest(unittest.TestCase):
+    def test_labels_carry_the_workload_axes(self):
+        sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts"))
+        import plot as plot_module  # pylint: disable=import-outside-toplevel
+        base = {"batch": 1, "heads": 32, "kv_heads": 32, "seq": 1024, "seq_k": 1024, "head_dim": 64, "layers": 1,
+                "causal": True, "dropout": 0.0, "expand_kv": False, "dtype": "fp32"}
+        self.assertEqual(plot_module.shape_of(base), "B=1 H=32 d=64 L=1 causal fp32")
+        gqa = dict(base, kv_heads=8, seq_k=4096, expand_kv=True, dropout=0.1)
+        self.assertEqual(plot_module.shape_of(gqa), "B=1 H=32 G=8 d=64 L=1 causal Nk=4096 expand-kv dropout=0.1 fp32")
+        old = {key: base[key] for key in ("batch", "heads", "seq", "head_dim", "layers", "causal", "dtype")}
+        self.assertEqual(plot_module.shape_of(old), "B=1 H=32 d=64 L=1 causal fp32")  # files before these axes
+
     def test_writes_every_figure_as_png_and_svg(self):
         with tempfile.TemporaryDirectory() as out:
             result = plot(CPU, PEER, "--out", out, "--svg")

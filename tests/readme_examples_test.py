@@ -37,6 +37,12 @@ SCALED = {
          "{tmp}/shard-1.json", *QUICK],
     "flashbench merge shard-0.json shard-1.json shard-2.json shard-3.json --out sweep.json":
         "shard_resume_merge_test.py merges a sweep's shards and compares them with one process's run",
+    "flashbench run --seq 2048 --heads 32 --kv-heads 1,8 --expand-kv --causal --dropout 0.1":
+        ["run", "--seq", "256", "--heads", "4", "--kv-heads", "1,2", "--expand-kv", "--causal", "--dropout", "0.1",
+         *QUICK],
+    "flashbench run --seq-q 512 --seq-k 8192 --heads 8 --kv-heads 2 --causal":
+        ["run", "--seq-q", "64", "--seq-k", "300", "--heads", "4", "--kv-heads", "2", "--causal", *QUICK],
+    "flashbench model --preset korthikanti": ["model", "--preset", "korthikanti"],
     "flashbench compare before.json after.json --fail-on-regression":
         ["compare", "{tmp}/cpu.json", "{tmp}/cpu.json", "--fail-on-regression"],
     "flashbench compare --baseline standard cpu.json": ["compare", "--baseline", "standard", "{tmp}/cpu.json"],

@@ -136,7 +136,7 @@ TEST(SweepFile, FlagsOverrideTheFile) {
 
 // The shipped sweep files parse, and their products are valid problems.
 TEST(SweepFile, ShippedConfigsLoad) {
-  for (const char* name : {"quick", "seed-002", "scaling", "long-context"}) {
+  for (const char* name : {"quick", "seed-002", "scaling", "long-context", "gqa", "dropout"}) {
     const SweepSpec spec = load_sweep_file(std::string(FLASHBENCH_SOURCE_DIR) + "/configs/" + name + ".json");
     EXPECT_FALSE(expand(spec).empty()) << name;
     EXPECT_NO_THROW(validate(spec.sampling)) << name;
@@ -144,6 +144,49 @@ TEST(SweepFile, ShippedConfigsLoad) {
   const SweepSpec scaling = load_sweep_file(std::string(FLASHBENCH_SOURCE_DIR) + "/configs/scaling.json");
   EXPECT_EQ(scaling.seq.front(), 256);
   EXPECT_EQ(scaling.seq.back(), 16384);
+}
+
+// The GQA sweep: H = 32 over G = 1, 4, 8, 32, native beside expanded where G < H (G = 32 has nothing
+// to repeat), two N each; the dropout sweep: p = 0, 0.1, 0.2.
+TEST(SweepFile, GqaAndDropoutSweeps) {
+  const std::vector<Problem> gqa = expand(load_sweep_file(std::string(FLASHBENCH_SOURCE_DIR) + "/configs/gqa.json"));
+  EXPECT_EQ(gqa.size(), size_t((3 * 2 + 1) * 2));
+  int64_t expanded = 0;
+  for (const Problem& p : gqa) {
+    EXPECT_EQ(p.heads, 32);
+    expanded += p.repeats_kv();
+  }
+  EXPECT_EQ(expanded, 3 * 2);
+  const std::vector<Problem> dropout =
+      expand(load_sweep_file(std::string(FLASHBENCH_SOURCE_DIR) + "/configs/dropout.json"));
+  ASSERT_EQ(dropout.size(), size_t(3 * 2));
+  EXPECT_EQ(dropout.front().dropout, 0.0);
+  EXPECT_EQ(dropout.back().dropout, 0.2);
+}
+
+// --seq sets N and N_k together, --seq-q N alone, --seq-k N_k; G must divide H.
+TEST(SweepFlags, SequenceAndKvHeadAxes) {
+  SweepOverrides overrides;
+  overrides.seq = "100,200";
+  overrides.seq_k = "300";
+  overrides.kv_heads = "2";
+  overrides.heads = "4";
+  overrides.dropout = "0.1";
+  const std::vector<Problem> problems = expand(resolve_sweep(std::nullopt, overrides));
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[1].seq, 200);
+  EXPECT_EQ(problems[1].key_seq(), 300);
+  EXPECT_EQ(problems[1].key_heads(), 2);
+  EXPECT_DOUBLE_EQ(problems[1].dropout, 0.1);
+  overrides.seq_q = "64";
+  EXPECT_THROW(resolve_sweep(std::nullopt, overrides), UsageError);  // --seq and --seq-q both
+  SweepOverrides bad;
+  bad.heads = "6";
+  bad.kv_heads = "4";
+  EXPECT_THROW(expand(resolve_sweep(std::nullopt, bad)), UsageError);
+  bad.kv_heads = "3";
+  bad.dropout = "1.5";
+  EXPECT_THROW(resolve_sweep(std::nullopt, bad), UsageError);
 }
 
 }  // namespace

@@ -5,12 +5,13 @@
 // so it answers instantly even for N = 1M. Every device runs the same layer-stack schedule
 // (harness/stack.hpp), which this model reproduces; with X the bytes of one [B,H,N,d] tensor in the
 // storage dtype and G those of one gradient dX_i in the device's gradient dtype:
-//   setup     R input sets of X0 and dO (tag input) and the device's persistent workspace,
-//             alive throughout.
+//   setup     R input sets of X0 and dO (and the context C [B,G,N_k,d] where the stack attends to
+//             one; tag input) and the device's persistent workspace, alive throughout.
 //   forward   per layer i: its output X_{i+1} (tag kept for v2, whose kept O it is; activation
 //             otherwise), the rest of kept_per_layer (tag kept), then the forward workspace, freed
 //             when the layer returns.
-//   backward  non-v2 variants free X_L at once. Per layer i = L-1..0: dX_i (G, grad), then inside the
+//   backward  dC (C's extent in the gradient dtype, grad) where there is a context, alive to the end;
+//             non-v2 variants free X_L at once. Per layer i = L-1..0: dX_i (G, grad), then inside the
 //             layer its extra gradient buffers (grad; the CPU's dK, dV) and its backward workspace,
 //             freed; then the layer's kept tensors and its input X_i (i ≥ 1; v2 frees its output
 //             X_{i+1} instead); the incoming dX_{i+1} (never dO) is freed.
@@ -58,8 +59,10 @@ struct LayerMemory {
   int64_t grad_bytes = 0;                // dX_i and the extra gradient buffers of its backward
 };
 
-// Bytes of one input set: X0 and dO, storage dtype. [bytes]
+// Bytes of one input set: X0, dO (and C), storage dtype. [bytes]
 int64_t input_bytes(const Problem& problem);
+// Bytes of dC, the context's gradient (0 for self-attention). [bytes]
+int64_t context_grad_bytes(const Problem& problem, const ModelParams& params);
 
 LayerMemory layer_memory(const Problem& problem, Variant variant, const LayerCosts& costs, const ModelParams& params);
 

@@ -1,6 +1,12 @@
 #pragma once
-// The problem one benchmark row describes: B batch, H heads, N sequence length, d head dim,
-// L layers, causal or not, and the storage dtype. One set of letters everywhere: B, H, N, d, L.
+// The problem one benchmark row describes: B batch, H query heads, G key/value heads, N (= N_q)
+// query rows, N_k key/value rows, d head dim, L layers, causal or not, dropout, and the storage dtype.
+// One set of letters everywhere: B, H, G, N (N_q), N_k, d, L.
+//
+// The stack's inputs (docs/workloads.md): with G = H and N_k = N it is self-attention, Q = K = V = X_i
+// in every layer. Otherwise every layer attends from its input X_i [B,H,N,d] to one context
+// C [B,G,N_k,d] that all layers share (an encoder's output, a prefix cache): Q = X_i, K = V = C, and
+// backward returns dC = Σ_i (dK_i + dV_i) beside dX_0.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -16,25 +22,51 @@ int element_bytes(Dtype dtype);             // [bytes]
 struct Problem {
   int64_t batch = 1;     // B
   int64_t heads = 8;     // H
-  int64_t seq = 1024;    // N
+  int64_t seq = 1024;    // N = N_q, the query rows (the stack's X)
+  int64_t seq_kv = 0;    // N_k, the key/value rows; 0: N
+  int64_t kv_heads = 0;  // G, key/value heads, a divisor of H; 0: H
+  bool expand_kv = false;  // G < H run naively: K and V repeated to H heads before the kernels
+  double dropout = 0;    // p, the probability that an attention weight is dropped
   int64_t head_dim = 64; // d
   int64_t layers = 1;    // L
   bool causal = false;
   Dtype dtype = Dtype::fp32;
 
-  int64_t heads_total() const { return batch * heads; }              // B·H
-  int64_t qkv_elements() const { return batch * heads * seq * head_dim; }  // one [B,H,N,d] tensor
-  int64_t row_elements() const { return batch * heads * seq; }             // one [B,H,N] vector
-  int64_t score_elements() const { return batch * heads * seq * seq; }     // one [B,H,N,N] matrix
+  int64_t key_seq() const { return seq_kv > 0 ? seq_kv : seq; }          // N_k
+  int64_t key_heads() const { return kv_heads > 0 ? kv_heads : heads; }   // G
+  int64_t group_size() const { return heads / key_heads(); }              // H/G query heads per K/V head
+  // Self-attention (Q = K = V = X_i) or attention to the shared context C.
+  bool self_attention() const { return key_heads() == heads && key_seq() == seq; }
+  // Whether K and V are repeated to H heads (expand_kv with G < H): then what the kernels see is G = H.
+  bool repeats_kv() const { return expand_kv && key_heads() < heads; }
+
+  int64_t heads_total() const { return batch * heads; }                  // B·H
+  int64_t qkv_elements() const { return batch * heads * seq * head_dim; }  // one [B,H,N,d] tensor (X, O, dO)
+  int64_t kv_elements() const { return batch * key_heads() * key_seq() * head_dim; }  // one [B,G,N_k,d] (C)
+  int64_t expanded_kv_elements() const { return batch * heads * key_seq() * head_dim; }  // [B,H,N_k,d]
+  int64_t row_elements() const { return batch * heads * seq; }                // one [B,H,N] vector
+  int64_t score_elements() const { return batch * heads * seq * key_seq(); }  // one [B,H,N,N_k] matrix
+  // Entries of one head's [N, N_k] score matrix that the mask leaves visible: N·N_k, or under the
+  // bottom-right causal mask (row i sees columns j ≤ i + N_k − N) Σ_i clamp(i + N_k − N + 1, 0, N_k).
+  double visible_fraction() const;
   float scale() const;  // 1/sqrt(d)
 
-  // FlashAttention convention, per layer and summed over L layers: forward 4·B·H·N²·d,
-  // backward 2.5× forward, both halved when causal. [FLOP]
+  // FlashAttention convention, per layer and summed over L layers: forward 4·B·H·N·N_k·d,
+  // backward 2.5× forward; causal: halved when N_k = N (the convention), the visible fraction of the
+  // N×N_k scores otherwise. [FLOP]
   double forward_flop() const;
   double backward_flop() const;
 
-  std::string describe() const;  // "B=1 H=8 N=4096 d=64 L=1 causal fp32"
+  // "B=1 H=8 N=4096 d=64 L=1 causal fp32"; "G=2", "Nk=8192", "expand-kv", "dropout=0.1" where set.
+  std::string describe() const;
+  // The axes beyond B, H, N, d, L, causal and dtype that differ from square self-attention without
+  // dropout, e.g. "G=2 Nk=8192 expand-kv dropout=0.1"; empty when none does.
+  std::string workload() const;
 };
+
+// Whether two problems are the same workload: every axis equal, G and N_k compared as resolved (an
+// N_k of 0 is N), expand_kv only where it repeats anything.
+bool same_problem(const Problem& a, const Problem& b);
 
 // Largest sizes the tool accepts; beyond these a size is a typo, not a benchmark.
 inline constexpr int64_t kMaxHeadDim = 256;
@@ -42,7 +74,9 @@ inline constexpr int64_t kMaxSeq = int64_t{1} << 24;
 inline constexpr int64_t kMaxBatchOrHeads = int64_t{1} << 16;
 inline constexpr int64_t kMaxLayers = 4096;
 
-// Throws UsageError naming the first axis out of range.
+inline constexpr double kMaxDropout = 0.999;  // p = 1 drops everything: no gradient to measure
+
+// Throws UsageError naming the first axis out of range, a G that does not divide H, or a p outside [0, 1).
 void validate(const Problem& problem);
 
 }  // namespace flashbench

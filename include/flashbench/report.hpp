@@ -28,6 +28,9 @@ nlohmann::ordered_json make_meta(const std::vector<std::string>& argv);
 // absent): times [ms], memory [bytes], throughput [TFLOP/s], flop [FLOP]; a value that was not
 // measured (an oom row's times) is null; warnings are the lines the table prints under the row.
 nlohmann::ordered_json row_to_json(const Row& row);
+// A row's `problem` block: {batch, heads, kv_heads, seq, seq_q, seq_k, head_dim, layers, causal,
+// dropout, expand_kv, dtype} (docs/json.md).
+nlohmann::ordered_json problem_to_json(const Problem& problem);
 // The inverse, for `compare`, plots' tests and anything reading our own files. Missing optional
 // parts (model, check, samples) stay empty; a missing required key throws UsageError.
 Row row_from_json(const nlohmann::json& json);

@@ -26,6 +26,9 @@ inline constexpr size_t kMaxListLength = 4096;
 // "true", "false", "1", "0", "yes", "no", or "both" (false, true), comma-separated.
 std::vector<bool> parse_bool_list(std::string_view text, std::string_view flag);
 
+// Probabilities in [0, kMaxDropout] from "0.1" or "0,0.1,0.2".
+std::vector<double> parse_probability_list(std::string_view text, std::string_view flag);
+
 // "all" or a comma list of variant names, in the order given.
 std::vector<Variant> parse_variant_list(std::string_view text, std::string_view flag);
 std::vector<std::string> variant_names(const std::vector<Variant>& variants);
@@ -34,7 +37,11 @@ struct SweepSpec {
   std::string description;
   std::vector<int64_t> batch = {1};
   std::vector<int64_t> heads = {8};
-  std::vector<int64_t> seq = {1024};
+  std::vector<int64_t> seq = {1024};      // N (N_q)
+  std::vector<int64_t> seq_k;             // N_k; empty: N_k = N for each N
+  std::vector<int64_t> kv_heads;          // G; empty: G = H
+  std::vector<bool> expand_kv = {false};  // naive GQA (only configurations with G < H repeat anything)
+  std::vector<double> dropout = {0.0};
   std::vector<int64_t> head_dim = {64};
   std::vector<int64_t> layers = {1};
   std::vector<bool> causal = {false};
@@ -46,14 +53,15 @@ struct SweepSpec {
   int threads = 0;  // 0 = OpenMP's default
 };
 
-// Every combination of the axes, in a fixed order: dtype, causal, batch, heads, head_dim, layers
-// outermost, then seq innermost, so one scaling curve in N runs consecutively. Variants are not an
+// Every combination of the axes, in a fixed order: dtype, causal, batch, heads, kv_heads, head_dim,
+// layers, dropout, expand_kv (false, then true where G < H), seq_k outermost, then seq innermost, so
+// one scaling curve in N runs consecutively. Variants are not an
 // axis of the product: a backend runs all of them on each problem. Each problem is validated.
 std::vector<Problem> expand(const SweepSpec& spec);
 
-// A JSON object with optional keys: description, batch, heads, seq, head_dim, layers (an integer,
-// a list of integers, or a list/range string as parse_int_list takes), causal (bool or list of
-// bools), dtype (name or list), variants ("all" or list), impls (list of implementation names),
+// A JSON object with optional keys: description, batch, heads, kv_heads, seq (or seq_q), seq_k,
+// head_dim, layers (an integer, a list of integers, or a list/range string as parse_int_list takes),
+// causal and expand_kv (bool, "both" or list of bools), dropout (a number or a list), dtype (name or list), variants ("all" or list), impls (list of implementation names),
 // backend, threads, and sampling {warmup,
 // warmup_ms, min_samples, max_samples, max_noise, max_time_s}. Unknown keys are usage errors.
 SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name);
@@ -66,6 +74,10 @@ nlohmann::ordered_json sweep_to_json(const SweepSpec& spec);
 // --config (or the defaults), so flags override the file.
 struct SweepOverrides {
   std::optional<std::string> batch, heads, seq, head_dim, layers;  // parse_int_list syntax
+  // --seq sets N and N_k = N (a file's seq_k dropped); --seq-q sets N alone, --seq-k N_k alone.
+  std::optional<std::string> seq_q, seq_k, kv_heads;               // parse_int_list syntax
+  std::optional<std::string> expand_kv;                            // parse_bool_list syntax
+  std::optional<std::string> dropout;                              // parse_probability_list syntax
   std::optional<std::string> causal;                               // parse_bool_list syntax
   std::optional<std::string> dtype;                                // comma list of names
   std::optional<std::string> variants;                             // "all" or comma list

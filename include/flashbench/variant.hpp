@@ -30,11 +30,16 @@ struct KeptTensor {
 };
 
 // What one layer of `variant` keeps for backward, beyond its input X_i (which every variant keeps).
-// N×N tensors and O use the storage dtype; row statistics are always fp32.
-//   standard:   P [B,H,N,N]
-//   v1:         S [B,H,N,N], m [B,H,N], l [B,H,N]
+// N×N_k tensors and O use the storage dtype; row statistics are always fp32.
+//   standard:   P [B,H,N,N_k]
+//   v1:         S [B,H,N,N_k], m [B,H,N], l [B,H,N]
 //   v2:         O [B,H,N,d] (the layer output, kept alive until this layer's backward), LSE [B,H,N]
 //   checkpoint: nothing
+// With dropout (p > 0) standard and v1 also keep the mask Z [B,H,N,N_k] (1 byte) and the dropped
+// P̃ = P ∘ Z/(1 − p) [B,H,N,N_k] (storage dtype), as frameworks do (the 5·a·s²·b of Korthikanti et
+// al.'s layer: P 2 bytes, Z 1, P̃ 2 in 16 bits); v2 regenerates Z in backward, checkpoint redraws it.
+// With naive GQA (problem.repeats_kv()) every variant but checkpoint also keeps the repeated
+// Kx, Vx [B,H,N_k,d] (storage dtype), as autograd saves an operation's inputs.
 std::vector<KeptTensor> kept_per_layer(Variant variant, const Problem& problem);
 int64_t kept_bytes_per_layer(Variant variant, const Problem& problem);  // [bytes]
 

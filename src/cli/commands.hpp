@@ -7,7 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "flashbench/problem.hpp"
+
 namespace flashbench::cli {
+
+// The workload options `model` and `fit` share with `run` (one value each there): --kv-heads,
+// --seq-k, --expand-kv, --dropout.
+void add_workload_options(CLI::App* subcommand, Problem& problem);
 
 // A subcommand's action: receives argv (recorded in JSON meta) and returns the exit code.
 using Action = std::function<int(const std::vector<std::string>& argv)>;

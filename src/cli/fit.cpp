@@ -135,9 +135,7 @@ int run_fit(const FitOptions& options) {
                           {"command", "fit"},
                           {"backend", entry.name},
                           {"search", options.search},
-                          {"problem", {{"batch", shown.batch}, {"heads", shown.heads}, {"seq", shown.seq},
-                                       {"head_dim", shown.head_dim}, {"layers", shown.layers},
-                                       {"causal", shown.causal}, {"dtype", std::string(to_string(shown.dtype))}}},
+                          {"problem", problem_to_json(shown)},
                           {"threads", threads},
                           {"rows", rows}};
     std::cout << document.dump(2) << '\n';
@@ -147,9 +145,11 @@ int run_fit(const FitOptions& options) {
   const std::string fixed = axis == FitAxis::seq
                                 ? fmt::format("B={} H={} d={} L={}", problem.batch, problem.heads, problem.head_dim, problem.layers)
                                 : fmt::format("H={} N={} d={} L={}", problem.heads, problem.seq, problem.head_dim, problem.layers);
-  std::cout << fmt::format("largest {} within {} ({} bytes), {} model: {}{} {}, {} threads ({:.1f} ms)\n\n",
+  const std::string workload = problem.workload();
+  std::cout << fmt::format("largest {} within {} ({} bytes), {} model: {}{}{}{} {}, {} threads ({:.1f} ms)\n\n",
                            axis == FitAxis::seq ? "N" : "B", format_bytes(budget), budget, entry.name, fixed,
-                           problem.causal ? " causal" : "", to_string(problem.dtype), threads, search_ms);
+                           workload.empty() ? "" : " ", workload, problem.causal ? " causal" : "",
+                           to_string(problem.dtype), threads, search_ms);
   std::vector<std::string> header = {"variant", axis == FitAxis::seq ? "max N" : "max B", "model peak",
                                      "vs standard"};
   if (options.verify) header.insert(header.end(), {"measured peak", "verify"});
@@ -196,6 +196,7 @@ void register_fit(CLI::App& app) {
   sub->add_option("--batch", options->problem.batch, "B, when searching seq")->capture_default_str();
   sub->add_option("--layers", options->problem.layers, "L, layers in the stack")->capture_default_str();
   sub->add_flag("--causal", options->problem.causal, "Causal mask");
+  add_workload_options(sub, options->problem);
   sub->add_option("--variant", options->variants, "all, or a comma list of standard, v1, v2, checkpoint")
       ->capture_default_str();
   sub->add_option("--dtype", options->dtype, "Storage dtype: fp32, bf16, fp16")->capture_default_str();

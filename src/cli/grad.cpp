@@ -31,6 +31,8 @@ struct GradOptions {
   std::string variant = "v2";
   bool variant_given = false;  // --variant on the command line (else --impl's own variant counts)
   bool causal = false;
+  double dropout = 0;
+  uint64_t seed = 0;
   std::string q, k, v, dO, out;
   int threads = 0;
 };
@@ -70,6 +72,9 @@ int run_grad_on_device(const GradOptions& options) {
   if (options.variant_given && implementation->variant() != variant)
     throw UsageError(fmt::format("--impl {} is variant {}, not --variant {}", options.impl,
                                  to_string(implementation->variant()), options.variant));
+  if (options.dropout != 0)
+    throw UsageError(fmt::format("--dropout on --backend {}: its kernels have no dropout yet (the cpu backend has)",
+                                 options.backend));
   const NpyArray X = read_operand(options.q, "--q"), K = read_operand(options.k, "--k"),
                  V = read_operand(options.v, "--v"), dO = read_operand(options.dO, "--do");
   for (const auto& [array, flag] : {std::pair{&K, "--k"}, std::pair{&V, "--v"}})
@@ -108,25 +113,38 @@ int run_grad(const GradOptions& options) {
   const Variant variant = parse_variant(options.variant);
   const NpyArray Q = read_operand(options.q, "--q"), K = read_operand(options.k, "--k"),
                  V = read_operand(options.v, "--v"), dO = read_operand(options.dO, "--do");
-  for (const auto& [array, flag] : {std::pair{&K, "--k"}, std::pair{&V, "--v"}, std::pair{&dO, "--do"}})
-    if (array->shape != Q.shape)
-      throw UsageError(fmt::format("{} has shape [{}] but --q has [{}]", flag, fmt::join(array->shape, ", "),
-                                   fmt::join(Q.shape, ", ")));
+  // Q and dO [B,H,N,d]; K and V [B,G,N_k,d] with G dividing H (GQA, MQA) and any N_k.
+  if (dO.shape != Q.shape)
+    throw UsageError(fmt::format("--do has shape [{}] but --q has [{}]", fmt::join(dO.shape, ", "), fmt::join(Q.shape, ", ")));
+  if (V.shape != K.shape)
+    throw UsageError(fmt::format("--v has shape [{}] but --k has [{}]", fmt::join(V.shape, ", "), fmt::join(K.shape, ", ")));
+  if (K.shape[0] != Q.shape[0] || K.shape[3] != Q.shape[3])
+    throw UsageError(fmt::format("--k has shape [{}]: its batch and head dim must be --q's [{}]",
+                                 fmt::join(K.shape, ", "), fmt::join(Q.shape, ", ")));
+  if (Q.shape[1] % K.shape[1] != 0)
+    throw UsageError(fmt::format("--k has {} heads, which does not divide --q's {} (each K/V head serves H/G query heads)",
+                                 K.shape[1], Q.shape[1]));
   Problem problem;
   problem.batch = Q.shape[0];
   problem.heads = Q.shape[1];
+  problem.kv_heads = K.shape[1];
   problem.seq = Q.shape[2];
+  problem.seq_kv = K.shape[2];
   problem.head_dim = Q.shape[3];
   problem.causal = options.causal;
+  problem.dropout = options.dropout;
   validate(problem);
   if (options.threads > 0) omp_set_num_threads(options.threads);
 
   // Separate Q, K and V: the CPU kernels themselves, not the self-attention layer stack.
   MemoryLedger ledger;
   HostSpace space(ledger);
-  const cpu::LayerShape shape = cpu::LayerShape::of(problem);
+  // The mask of a one-layer stack (offset 0, the layer) keyed by --seed: what `run --seed` draws for
+  // its first layer's weights is a different seed (the run hashes the problem into it).
+  cpu::LayerShape shape = cpu::LayerShape::of(problem);
+  shape.dropout = philox::make_dropout_mask(problem.dropout, options.seed, 0);
   const size_t count = Q.data.size();
-  std::vector<float> O(count), dQ(count), dK(count), dV(count);
+  std::vector<float> O(count), dQ(count), dK(K.data.size()), dV(K.data.size());
   const KeptTensors kept = allocate_kept(variant, problem, space);
   const cpu::KeptView view = cpu::kept_view(variant, problem, kept);
   cpu::forward(variant, shape, cpu::Tiling{}, Q.data.data(), K.data.data(), V.data.data(), O.data(), view, space);
@@ -136,9 +154,9 @@ int run_grad(const GradOptions& options) {
   std::error_code error;
   std::filesystem::create_directories(options.out, error);
   if (error) throw RuntimeFailure(fmt::format("cannot create '{}': {}", options.out, error.message()));
-  for (const auto& [name, data] : {std::pair{"o.npy", &O}, std::pair{"dq.npy", &dQ}, std::pair{"dk.npy", &dK},
-                                   std::pair{"dv.npy", &dV}})
-    write_file_atomically((std::filesystem::path(options.out) / name).string(), encode_npy(Q.shape, *data));
+  for (const auto& [name, data, shape_of] : {std::tuple{"o.npy", &O, &Q.shape}, std::tuple{"dq.npy", &dQ, &Q.shape},
+                                             std::tuple{"dk.npy", &dK, &K.shape}, std::tuple{"dv.npy", &dV, &K.shape}})
+    write_file_atomically((std::filesystem::path(options.out) / name).string(), encode_npy(*shape_of, *data));
   return 0;
 }
 
@@ -147,8 +165,8 @@ int run_grad(const GradOptions& options) {
 void register_grad(CLI::App& app) {
   auto options = std::make_shared<GradOptions>();
   CLI::App* sub = app.add_subcommand(
-      "grad", "One layer's O and gradients from .npy files ([B,H,N,d], float32 or float64): O, dQ, dK, dV on "
-              "the cpu; O, dX = dQ + dK + dV on cuda");
+      "grad", "One layer's O and gradients from Q, K, V, dO in .npy files (Q, dO [B,H,N,d]; K, V [B,G,N_k,d] with G "
+              "dividing H; float32 or float64): O, dQ, dK, dV on the cpu; O, dX = dQ + dK + dV on cuda (K = V = Q)");
   sub->add_option("--backend", options->backend,
                   "cpu: the fp32 kernels on separate Q, K, V; cuda: one layer of the GPU's implementation, "
                   "Q = K = V = X in --dtype, writing o.npy and dx.npy (dQ + dK + dV)")
@@ -157,13 +175,19 @@ void register_grad(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--impl", options->impl, "An implementation by name on --backend cuda (e.g. cudnn)");
   sub->add_option("--variant", options->variant, "standard, v1, v2 or checkpoint")->capture_default_str();
-  sub->add_flag("--causal", options->causal, "Apply the causal mask");
+  sub->add_flag("--causal", options->causal,
+                "Apply the causal mask, bottom-right aligned: row i sees keys j <= i + N_k - N (a row that sees none gives 0)");
+  sub->add_option("--dropout", options->dropout, "Dropout probability p on the attention weights (Philox 4x32-10 mask)")
+      ->capture_default_str();
+  sub->add_option("--seed", options->seed, "Seed of the dropout mask (element (h*N + i)*N_k + j of the [B*H, N, N_k] "
+                                           "weights, offset 0)")->capture_default_str();
   sub->add_option("--q", options->q, "Q.npy [B,H,N,d]")->required();
-  sub->add_option("--k", options->k, "K.npy [B,H,N,d]")->required();
-  sub->add_option("--v", options->v, "V.npy [B,H,N,d]")->required();
+  sub->add_option("--k", options->k, "K.npy [B,G,N_k,d]")->required();
+  sub->add_option("--v", options->v, "V.npy [B,G,N_k,d], K's shape")->required();
   sub->add_option("--do", options->dO, "dO.npy [B,H,N,d], the gradient of the loss with respect to O")->required();
   sub->add_option("--out", options->out,
-                  "Directory for o.npy, dq.npy, dk.npy, dv.npy (cpu) or o.npy, dx.npy (cuda), float32")
+                  "Directory for o.npy, dq.npy (Q's shape), dk.npy, dv.npy (K's shape) on the cpu, or o.npy, dx.npy "
+                  "on cuda; float32")
       ->required();
   sub->add_option("--threads", options->threads, "OpenMP threads (default: all cores)");
   set_action(sub, [options, sub](const std::vector<std::string>&) {

@@ -34,11 +34,6 @@ struct ModelOptions {
 };
 
 
-ordered_json problem_json(const Problem& p) {
-  return ordered_json{{"batch", p.batch},     {"heads", p.heads},   {"seq", p.seq},
-                      {"head_dim", p.head_dim}, {"layers", p.layers}, {"causal", p.causal},
-                      {"dtype", std::string(to_string(p.dtype))}};
-}
 
 ordered_json tags_json(const TagBytes& tags) {
   ordered_json j = ordered_json::object();
@@ -97,7 +92,7 @@ int print_model(const ModelOptions& options) {
       ordered_json row;
       row["backend"] = device.name;
       row["variant"] = std::string(to_string(m.variant));
-      row["problem"] = problem_json(problem);
+      row["problem"] = problem_to_json(problem);
       if (threads > 0) row["threads"] = threads;
       if (m.described.row_block > 0) {
         row["tiling"] = {{"row_block", m.described.row_block}, {"col_block", m.described.col_block}};
@@ -211,7 +206,7 @@ int print_preset(const ModelOptions& options) {
                       {"explanation", row.explanation}});
     ordered_json document{{"schema_version", kSchemaVersion}, {"command", "model"},
                           {"preset", preset.name},          {"source", preset.source},
-                          {"assumptions", preset.assumptions}, {"problem", problem_json(preset.problem)},
+                          {"assumptions", preset.assumptions}, {"problem", problem_to_json(preset.problem)},
                           {"threads", model.threads}, {"rows", rows}};
     std::cout << document.dump(2) << '\n';
     return 0;
@@ -256,6 +251,7 @@ void register_model(CLI::App& app) {
   sub->add_option("--batch", options->problem.batch, "B, batch")->capture_default_str();
   sub->add_option("--layers", options->problem.layers, "L, layers in the stack")->capture_default_str();
   sub->add_flag("--causal", options->problem.causal, "Causal mask (the CPU allocates the same either way)");
+  add_workload_options(sub, options->problem);
   sub->add_option("--variant", options->variants, "all, or a comma list of standard, v1, v2, checkpoint")
       ->capture_default_str();
   sub->add_option("--dtype", options->dtype, "Storage dtype of inputs, activations and kept tensors: fp32, bf16, fp16")
@@ -263,7 +259,7 @@ void register_model(CLI::App& app) {
   sub->add_option("--threads", options->threads, "CPU threads the workspace is sized for (default: all cores)");
   sub->add_option("--backend,--device", options->backend,
                   "Whose implementations to model: cpu or cuda (no GPU needed)")->capture_default_str();
-  sub->add_option("--preset", options->preset, "A seed document's figures: seed-002, seed-000 or seed-003");
+  sub->add_option("--preset", options->preset, "A document's figures: seed-002, seed-000, seed-003 or korthikanti");
   sub->add_option("--format", options->format, "table or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "json"}));

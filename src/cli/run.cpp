@@ -353,12 +353,24 @@ void register_run(CLI::App& app) {
     sub->add_option_function<std::string>(name, [&target](const std::string& value) { target = value; }, help);
   };
   optional_string("--config", flags->config, "JSON sweep file (see configs/); flags given here override it");
-  optional_string("--seq,-n", flags->sweep.seq, "Sequence length N: list or range (default 1024)");
+  optional_string("--seq,-n", flags->sweep.seq, "Sequence length: N = N_k, list or range (default 1024)");
+  optional_string("--seq-q", flags->sweep.seq_q, "Query rows N alone (the stack's X)");
+  optional_string("--seq-k", flags->sweep.seq_k,
+                  "Key/value rows N_k (default N); N_k != N attends to a context C [B,G,N_k,d] shared by all layers");
   optional_string("--heads", flags->sweep.heads, "Heads H (default 8)");
+  optional_string("--kv-heads", flags->sweep.kv_heads,
+                  "Key/value heads G, dividing H (default H; 1 = MQA); G < H attends to a context C [B,G,N_k,d]");
+  sub->add_flag_function("--expand-kv", [flags](int64_t) { flags->sweep.expand_kv = "both"; },
+                         "Run each G < H configuration also with K and V repeated to H heads (naive GQA), beside "
+                         "the native one");
+  optional_string("--dropout", flags->sweep.dropout,
+                  "Dropout probability p on the attention weights, list (default 0); Philox 4x32-10 masks");
   optional_string("--head-dim,-d", flags->sweep.head_dim, "Head dim d, 1..256 (default 64)");
   optional_string("--batch,-b", flags->sweep.batch, "Batch B (default 1)");
   optional_string("--layers,-l", flags->sweep.layers, "Layers L of the chained stack (default 1)");
-  sub->add_flag_function("--causal", [flags](int64_t) { flags->sweep.causal = "true"; }, "Apply the causal mask");
+  sub->add_flag_function("--causal", [flags](int64_t) { flags->sweep.causal = "true"; },
+                         "Apply the causal mask, bottom-right aligned: row i sees keys j <= i + N_k - N (a row that "
+                         "sees none gives 0)");
   optional_string("--mask", flags->sweep.causal, "Causal mask per configuration: true, false or both");
   optional_string("--variant,--variants", flags->sweep.variants,
                   "standard, v1, v2, checkpoint: list or all (default all); each runs its default implementation");

@@ -160,6 +160,20 @@ std::vector<int64_t> parse_int_list(std::string_view text, std::string_view flag
   return values;
 }
 
+std::vector<double> parse_probability_list(std::string_view text, std::string_view flag) {
+  if (trim(text).empty()) throw UsageError(fmt::format("{}: empty list", flag));
+  std::vector<double> values;
+  for (std::string_view item : split(text, ',')) {
+    double value = 0;
+    const char* end = item.data() + item.size();
+    const auto [stop, error] = std::from_chars(item.data(), end, value);
+    if (item.empty() || error != std::errc() || stop != end) bad_token(flag, item, "is not a number");
+    if (!(value >= 0 && value <= kMaxDropout)) bad_token(flag, item, fmt::format("is outside [0, {}]", kMaxDropout));
+    values.push_back(value);
+  }
+  return values;
+}
+
 std::vector<bool> parse_bool_list(std::string_view text, std::string_view flag) {
   if (trim(text).empty()) throw UsageError(fmt::format("{}: empty list", flag));
   std::vector<bool> values;
@@ -216,24 +230,37 @@ std::vector<std::string> parse_name_list(std::string_view text, std::string_view
 
 std::vector<Problem> expand(const SweepSpec& spec) {
   std::vector<Problem> problems;
+  const std::vector<int64_t> paired = {0};  // N_k = N
+  const std::vector<int64_t>& seq_k = spec.seq_k.empty() ? paired : spec.seq_k;
+  const std::vector<int64_t> same_heads = {0};  // G = H
+  const std::vector<int64_t>& kv_heads = spec.kv_heads.empty() ? same_heads : spec.kv_heads;
   for (Dtype dtype : spec.dtype)
     for (bool causal : spec.causal)
       for (int64_t batch : spec.batch)
         for (int64_t heads : spec.heads)
-          for (int64_t head_dim : spec.head_dim)
-            for (int64_t layers : spec.layers)
-              for (int64_t seq : spec.seq) {
-                Problem p;
-                p.batch = batch;
-                p.heads = heads;
-                p.seq = seq;
-                p.head_dim = head_dim;
-                p.layers = layers;
-                p.causal = causal;
-                p.dtype = dtype;
-                validate(p);
-                problems.push_back(p);
-              }
+          for (int64_t groups : kv_heads)
+            for (int64_t head_dim : spec.head_dim)
+              for (int64_t layers : spec.layers)
+                for (double dropout : spec.dropout)
+                  for (bool expand : spec.expand_kv)
+                    for (int64_t keys : seq_k)
+                      for (int64_t seq : spec.seq) {
+                        Problem p;
+                        p.batch = batch;
+                        p.heads = heads;
+                        p.kv_heads = groups;
+                        p.seq = seq;
+                        p.seq_kv = keys;
+                        p.head_dim = head_dim;
+                        p.layers = layers;
+                        p.causal = causal;
+                        p.dropout = dropout;
+                        p.expand_kv = expand;
+                        p.dtype = dtype;
+                        validate(p);
+                        if (expand && !p.repeats_kv()) continue;  // G = H: the same as native
+                        problems.push_back(p);
+                      }
   return problems;
 }
 
@@ -252,7 +279,21 @@ SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name) 
       if (key == "description") spec.description = value.get<std::string>();
       else if (key == "batch") spec.batch = int_axis(value, key);
       else if (key == "heads") spec.heads = int_axis(value, key);
-      else if (key == "seq") spec.seq = int_axis(value, key);
+      else if (key == "seq" || key == "seq_q") spec.seq = int_axis(value, key);
+      else if (key == "seq_k") spec.seq_k = int_axis(value, key);
+      else if (key == "kv_heads") spec.kv_heads = int_axis(value, key);
+      else if (key == "expand_kv") spec.expand_kv = bool_axis(value, key);
+      else if (key == "dropout") {
+        if (value.is_number()) spec.dropout = parse_probability_list(value.dump(), key);
+        else if (value.is_array() && !value.empty()) {
+          std::string text;
+          for (const json& item : value) {
+            if (!item.is_number()) bad_token(key, item.dump(), "must be a number");
+            text += (text.empty() ? "" : ",") + item.dump();
+          }
+          spec.dropout = parse_probability_list(text, key);
+        } else throw UsageError(fmt::format("dropout: expected a number or a list of numbers, got {}", value.dump()));
+      }
       else if (key == "head_dim") spec.head_dim = int_axis(value, key);
       else if (key == "layers") spec.layers = int_axis(value, key);
       else if (key == "causal") spec.causal = bool_axis(value, key);
@@ -316,7 +357,16 @@ nlohmann::ordered_json sweep_to_json(const SweepSpec& spec) {
 void apply_overrides(SweepSpec& spec, const SweepOverrides& o) {
   if (o.batch) spec.batch = parse_int_list(*o.batch, "--batch");
   if (o.heads) spec.heads = parse_int_list(*o.heads, "--heads");
-  if (o.seq) spec.seq = parse_int_list(*o.seq, "--seq");
+  if (o.seq && o.seq_q) throw UsageError("--seq and --seq-q both set N: give one (--seq also sets N_k)");
+  if (o.seq) {
+    spec.seq = parse_int_list(*o.seq, "--seq");
+    spec.seq_k.clear();
+  }
+  if (o.seq_q) spec.seq = parse_int_list(*o.seq_q, "--seq-q");
+  if (o.seq_k) spec.seq_k = parse_int_list(*o.seq_k, "--seq-k");
+  if (o.kv_heads) spec.kv_heads = parse_int_list(*o.kv_heads, "--kv-heads");
+  if (o.expand_kv) spec.expand_kv = parse_bool_list(*o.expand_kv, "--expand-kv");
+  if (o.dropout) spec.dropout = parse_probability_list(*o.dropout, "--dropout");
   if (o.head_dim) spec.head_dim = parse_int_list(*o.head_dim, "--head-dim");
   if (o.layers) spec.layers = parse_int_list(*o.layers, "--layers");
   if (o.causal) spec.causal = parse_bool_list(*o.causal, "--causal");

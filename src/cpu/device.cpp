@@ -112,14 +112,28 @@ class CpuAttention final : public Implementation {
   Variant variant() const override { return variant_; }
   std::string_view summary() const override { return summary_; }
 
+  std::optional<std::string> unsupported(const Problem& problem) const override {
+    if (problem.dtype != Dtype::fp32 && (!problem.self_attention() || problem.dropout > 0))
+      return std::string("16-bit storage on the CPU runs square self-attention without dropout (use fp32 for G < H, "
+                         "N_k != N or dropout)");
+    return std::nullopt;
+  }
+
   LayerCosts costs(const Problem& problem, const ModelParams& params) const override {
     const LayerShape shape = LayerShape::of(problem);
     // 16-bit storage adds fp32 staging and runs standard and v1 one head at a time (storage16.hpp).
     const auto workspace = problem.dtype == Dtype::fp32 ? workspace_elements : workspace16_elements;
     constexpr int64_t kFloat = 4;
-    return {.forward_workspace_bytes = workspace(variant_, Pass::forward, shape, tiling_, params.threads) * kFloat,
-            .backward_workspace_bytes = workspace(variant_, Pass::backward, shape, tiling_, params.threads) * kFloat,
-            .backward_extra_grad_bytes = 2 * problem.qkv_elements() * kFloat};  // dK, dV beside dX (= dQ)
+    // checkpoint keeps nothing, so naive GQA repeats K and V again in each pass (workspace).
+    const int64_t repeated = repeats_in_workspace(problem) ? 2 * problem.expanded_kv_elements() * kFloat : 0;
+    // Gradient buffers beside dX: dK and dV as the kernels write them; with self-attention dX = dQ
+    // and they are added to it, otherwise they are added to dC (naive GQA: at H heads, then summed).
+    const int64_t kv_grads = problem.self_attention() ? problem.qkv_elements()
+                             : problem.repeats_kv()   ? problem.expanded_kv_elements()
+                                                      : problem.kv_elements();
+    return {.forward_workspace_bytes = workspace(variant_, Pass::forward, shape, tiling_, params.threads) * kFloat + repeated,
+            .backward_workspace_bytes = workspace(variant_, Pass::backward, shape, tiling_, params.threads) * kFloat + repeated,
+            .backward_extra_grad_bytes = 2 * kv_grads * kFloat};
   }
 
   void annotate(Row& row) const override {
@@ -130,36 +144,128 @@ class CpuAttention final : public Implementation {
 
   void forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) override {
     const Problem& p = call.problem;
-    const LayerShape shape = LayerShape::of(p);
-    if (p.dtype == Dtype::fp32) {
-      const float* x = static_cast<const float*>(X);
-      cpu::forward(variant_, shape, tiling_, x, x, x, static_cast<float*>(O),
-                   kept_view(variant_, p, kept), call.space);
-    } else {
+    const LayerShape shape = layer_shape(call);
+    if (p.dtype != Dtype::fp32) {
       forward16(variant_, p.dtype, shape, tiling_, static_cast<const Half*>(X), static_cast<Half*>(O),
                 kept_view16(variant_, p, kept), call.space);
+      return;
     }
+    const float* x = static_cast<const float*>(X);
+    const float* kv = call.context ? static_cast<const float*>(call.context) : x;
+    const KeptView view = kept_view(variant_, p, kept);
+    if (!p.repeats_kv()) {
+      cpu::forward(variant_, shape, tiling_, x, kv, kv, static_cast<float*>(O), view, call.space);
+      return;
+    }
+    // Naive GQA: K and V repeated to H heads (kept for backward, or workspace for checkpoint).
+    Buffer<float> repeated;
+    float* Kx = nullptr;
+    float* Vx = nullptr;
+    if (repeats_in_workspace(p)) {
+      repeated = Buffer<float>(call.space, Tag::workspace, 2 * p.expanded_kv_elements());
+      Kx = repeated.data();
+      Vx = Kx + p.expanded_kv_elements();
+    } else {
+      Kx = kept.get<float>("Kx");
+      Vx = kept.get<float>("Vx");
+    }
+    repeat_heads(p, kv, Kx);
+    repeat_heads(p, kv, Vx);
+    cpu::forward(variant_, shape, tiling_, x, Kx, Vx, static_cast<float*>(O), view, call.space);
   }
 
   void backward(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept, void* dX) override {
     const Problem& p = call.problem;
-    const LayerShape shape = LayerShape::of(p);
+    const LayerShape shape = layer_shape(call);
+    if (p.dtype != Dtype::fp32) {
+      backward16_self(call, X, O, dO, kept, dX);
+      return;
+    }
+    // dQ is written into dX; dK and dV are added to it (self-attention) or to dC.
+    float* dQ = static_cast<float*>(dX);
+    const float* x = static_cast<const float*>(X);
+    const float* kv = call.context ? static_cast<const float*>(call.context) : x;
+    const int64_t kv_elements = p.self_attention() ? p.qkv_elements()
+                                : p.repeats_kv()   ? p.expanded_kv_elements()
+                                                   : p.kv_elements();
+    Buffer<float> dK(call.space, Tag::grad, kv_elements);
+    Buffer<float> dV(call.space, Tag::grad, kv_elements);
+    const float* K = kv;
+    const float* V = kv;
+    Buffer<float> repeated;
+    if (p.repeats_kv()) {
+      if (repeats_in_workspace(p)) {
+        repeated = Buffer<float>(call.space, Tag::workspace, 2 * p.expanded_kv_elements());
+        repeat_heads(p, kv, repeated.data());
+        repeat_heads(p, kv, repeated.data() + p.expanded_kv_elements());
+        K = repeated.data();
+        V = K + p.expanded_kv_elements();
+      } else {
+        K = kept.get<float>("Kx");
+        V = kept.get<float>("Vx");
+      }
+    }
+    cpu::backward(variant_, shape, tiling_, x, K, V, static_cast<const float*>(O), static_cast<const float*>(dO.data),
+                  kept_view(variant_, p, kept), dQ, dK.data(), dV.data(), call.space);
+    const float* dK_data = dK.data();
+    const float* dV_data = dV.data();
+    if (p.self_attention()) {
+#pragma omp parallel for schedule(static)
+      for (int64_t e = 0; e < kv_elements; ++e) dQ[e] += dK_data[e] + dV_data[e];
+      return;
+    }
+    // dC[g] (+)= Σ over the heads that read it of dK + dV: one head when the kernels reduced the group
+    // themselves, the group's r repeated heads under naive GQA.
+    float* dC = static_cast<float*>(call.context_grad);
+    const int64_t per_head = p.key_seq() * p.head_dim, repeats = p.repeats_kv() ? p.group_size() : 1;
+    const bool first = call.first_context_grad;
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < p.kv_elements(); ++e) {
+      const int64_t g = e / per_head, k = e % per_head;
+      float sum = first ? 0.0f : dC[e];
+      for (int64_t copy = 0; copy < repeats; ++copy) {
+        const int64_t source = (g * repeats + copy) * per_head + k;
+        sum += dK_data[source] + dV_data[source];
+      }
+      dC[e] = sum;
+    }
+  }
+
+ private:
+  // The kernels' shape of this layer, its dropout mask keyed by the stack's seed and the layer.
+  static LayerShape layer_shape(const LayerCall& call) {
+    LayerShape shape = LayerShape::of(call.problem);
+    shape.dropout = philox::make_dropout_mask(call.problem.dropout, call.dropout_seed, uint64_t(call.layer));
+    return shape;
+  }
+
+  // Naive GQA without the repeated K and V kept (checkpoint): they are repeated in each pass.
+  bool repeats_in_workspace(const Problem& problem) const {
+    if (!problem.repeats_kv()) return false;
+    for (const KeptTensor& tensor : kept_per_layer(variant_, problem))
+      if (tensor.name == "Kx") return false;
+    return true;
+  }
+
+  // out [B,H,N_k,d] = the context [B,G,N_k,d] with each head repeated r = H/G times (repeat_interleave).
+  static void repeat_heads(const Problem& p, const float* context, float* out) {
+    const int64_t per_head = p.key_seq() * p.head_dim, r = p.group_size();
+#pragma omp parallel for schedule(static)
+    for (int64_t h = 0; h < p.heads_total(); ++h) std::copy_n(context + h / r * per_head, per_head, out + h * per_head);
+  }
+
+  void backward16_self(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept, void* dX) {
+    const Problem& p = call.problem;
     const int64_t elements = p.qkv_elements();
     // Q, K and V are all X, so dX = dQ + dK + dV: dQ is written into dX, dK and dV added to it.
     float* dQ = static_cast<float*>(dX);
     Buffer<float> dK(call.space, Tag::grad, elements);
     Buffer<float> dV(call.space, Tag::grad, elements);
-    if (p.dtype == Dtype::fp32) {
-      const float* x = static_cast<const float*>(X);
-      cpu::backward(variant_, shape, tiling_, x, x, x, static_cast<const float*>(O), static_cast<const float*>(dO.data),
-                    kept_view(variant_, p, kept), dQ, dK.data(), dV.data(), call.space);
-    } else {
-      const bool stored = dO.dtype != Dtype::fp32;  // the stack's dO, or dX of the layer above
-      backward16(variant_, p.dtype, shape, tiling_, static_cast<const Half*>(X), static_cast<const Half*>(O),
-                 stored ? static_cast<const Half*>(dO.data) : nullptr,
-                 stored ? nullptr : static_cast<const float*>(dO.data), kept_view16(variant_, p, kept),
-                 dQ, dK.data(), dV.data(), call.space);
-    }
+    const bool stored = dO.dtype != Dtype::fp32;  // the stack's dO, or dX of the layer above
+    backward16(variant_, p.dtype, LayerShape::of(p), tiling_, static_cast<const Half*>(X), static_cast<const Half*>(O),
+               stored ? static_cast<const Half*>(dO.data) : nullptr,
+               stored ? nullptr : static_cast<const float*>(dO.data), kept_view16(variant_, p, kept),
+               dQ, dK.data(), dV.data(), call.space);
     const float* dK_data = dK.data();
     const float* dV_data = dV.data();
 #pragma omp parallel for schedule(static)

@@ -11,6 +11,8 @@ View view_of(Variant variant, const Problem& problem, const KeptTensors& kept) {
     else if (tensor.name == "m") view.row_max = kept.get<float>(tensor.name);
     else if (tensor.name == "l") view.row_sum = kept.get<float>(tensor.name);
     else if (tensor.name == "LSE") view.lse = kept.get<float>(tensor.name);
+    else if (tensor.name == "Pd") view.dropped = kept.get<Scores>(tensor.name);
+    else if (tensor.name == "mask") view.mask = kept.get<uint8_t>(tensor.name);
   }
   return view;
 }

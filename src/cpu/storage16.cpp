@@ -11,6 +11,7 @@ namespace {
 
 bool per_head(Variant variant) { return variant == Variant::standard || variant == Variant::v1; }
 
+// 16-bit storage runs square self-attention only (CpuAttention::unsupported says so).
 LayerShape one_head(const LayerShape& s) { return {1, s.seq, s.head_dim, s.causal, s.scale, s.score_storage}; }
 
 // fp32 elements of the temporary scores (and row statistics) one head computes or widens.

@@ -102,6 +102,15 @@ FlashKernels flash_kernels(CudaAttention::Kernels kernels) {
 }  // namespace
 
 std::optional<std::string> CudaAttention::unsupported(const Problem& problem) const {
+  // The CUDA kernels run square self-attention without dropout so far (docs/workloads.md).
+  if (problem.key_heads() != problem.heads)
+    return fmt::format("G = {} K/V heads for H = {}: the CUDA kernels run G = H only so far", problem.key_heads(),
+                       problem.heads);
+  if (problem.key_seq() != problem.seq)
+    return fmt::format("N_k = {} keys for N = {} queries: the CUDA kernels run N_k = N only so far", problem.key_seq(),
+                       problem.seq);
+  if (problem.dropout > 0)
+    return fmt::format("dropout {:g}: the CUDA kernels run without dropout so far", problem.dropout);
   if (variant_ == Variant::v2 && !flash_supports(problem.head_dim))
     return fmt::format("v2 on CUDA is built for head_dim 64 and 128, not {}", problem.head_dim);
   return std::nullopt;

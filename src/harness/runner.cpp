@@ -22,42 +22,77 @@ namespace flashbench {
 namespace {
 
 // Which part of a problem the float64 reference covers: the whole stack on a few heads (the stack's
-// heads never mix), sampled rows of the output when one layer's whole head is over the budget, or
-// nothing, with the reason.
+// query heads never mix), sampled rows of the output when one layer's whole head is over the budget,
+// or nothing, with the reason. Where the stack attends to a context, the heads are those of the first
+// K/V group and the last head, so that dC of K/V head 0 — a sum over its whole group — is checked.
 struct ReferencePlan {
   enum class Kind { none, stack, rows } kind = Kind::none;
   std::vector<int64_t> heads;  // flattened B·H indices
   std::vector<int64_t> rows;   // Kind::rows: rows of heads[0]
+  std::vector<int64_t> context_heads;   // flattened B·G indices of C that `heads` read, in order
+  std::vector<int64_t> context_of;      // heads[k] reads context_heads[context_of[k]]
+  std::vector<int64_t> checked_context; // indices into context_heads whose dC the reference has whole
   std::string not_checked;     // Kind::none: why
   int64_t working_bytes = 0;   // host memory while it is computed [bytes]
   int64_t kept_bytes = 0;      // host memory it and the captured outputs hold afterwards [bytes]
 };
 
+// The plan's context heads for its query heads, and which of them have their whole group.
+void plan_context(const Problem& p, ReferencePlan& plan) {
+  if (p.self_attention()) return;
+  const int64_t r = p.group_size();
+  for (int64_t h : plan.heads) {
+    const int64_t g = h / r;
+    if (plan.context_heads.empty() || plan.context_heads.back() != g) plan.context_heads.push_back(g);
+    plan.context_of.push_back(int64_t(plan.context_heads.size()) - 1);
+  }
+  if (plan.kind != ReferencePlan::Kind::stack) return;
+  for (size_t k = 0; k < plan.context_heads.size(); ++k) {
+    const int64_t g = plan.context_heads[k];
+    const auto covered = std::count_if(plan.heads.begin(), plan.heads.end(), [&](int64_t h) { return h / r == g; });
+    if (covered == r) plan.checked_context.push_back(int64_t(k));
+  }
+}
+
 ReferencePlan plan_reference(const Problem& p, const RunOptions& options) {
   ReferencePlan plan;
   if (!options.check) return plan;
-  const int64_t BH = p.heads_total(), N = p.seq, d = p.head_dim;
+  const int64_t BH = p.heads_total(), N = p.seq, Nk = p.key_seq(), d = p.head_dim;
   const double budget = options.reference_flop_budget;
-  // The first and the last head: an indexing error past head 0 shows in the last.
-  for (int64_t heads : {std::min<int64_t>(BH, 2), int64_t{1}}) {
-    if (reference_stack_flop(p, heads) > budget) continue;
+  // The first and the last head: an indexing error past head 0 shows in the last. With a context,
+  // first the whole first group with the last head.
+  std::vector<std::vector<int64_t>> choices;
+  if (!p.self_attention() && p.group_size() > 1) {
+    std::vector<int64_t> group;
+    for (int64_t h = 0; h < p.group_size(); ++h) group.push_back(h);
+    if (group.back() != BH - 1) group.push_back(BH - 1);
+    choices.push_back(group);
+  }
+  choices.push_back(BH >= 2 ? std::vector<int64_t>{0, BH - 1} : std::vector<int64_t>{0});
+  choices.push_back({0});
+  for (const std::vector<int64_t>& heads : choices) {
+    if (reference_stack_flop(p, int64_t(heads.size())) > budget) continue;
     plan.kind = ReferencePlan::Kind::stack;
-    plan.heads = heads == 1 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, BH - 1};
-    const int64_t slice = heads * N * d;
+    plan.heads = heads;
+    plan_context(p, plan);
+    const int64_t slice = int64_t(heads.size()) * N * d;
+    const int64_t context = int64_t(plan.context_heads.size()) * Nk * d;
     // Inputs, every layer's X, five [heads,N,d] gradients and scratch, and P and dS of one head, in
-    // double; then the exact and emulated results (double) and the captured outputs (float).
-    plan.working_bytes = (p.layers + 8) * slice * 8 + 2 * N * N * 8 + 4 * slice * 8;
-    plan.kept_bytes = 4 * slice * 8 + 2 * slice * 4;
+    // double, the context and its gradient; then the exact and emulated results (double) and the
+    // captured outputs (float).
+    plan.working_bytes = (p.layers + 8) * slice * 8 + 2 * N * Nk * 8 + 4 * slice * 8 + 6 * context * 8;
+    plan.kept_bytes = 4 * slice * 8 + 2 * slice * 4 + 2 * context * (8 + 4);
     return plan;
   }
   if (p.layers == 1) {
     plan.kind = ReferencePlan::Kind::rows;
     plan.heads = {0};
+    plan_context(p, plan);
     for (int64_t sample = 0; sample < 16 && sample < N; ++sample)
       plan.rows.push_back((sample * 7919 + N - 1) % N);  // the last row, then spread out
     std::sort(plan.rows.begin(), plan.rows.end());
     plan.rows.erase(std::unique(plan.rows.begin(), plan.rows.end()), plan.rows.end());
-    plan.working_bytes = (N * d + N) * 8;
+    plan.working_bytes = (N * d + Nk * d + Nk) * 8;
     plan.kept_bytes = 3 * int64_t(plan.rows.size()) * d * 8;
     return plan;
   }
@@ -71,30 +106,45 @@ double relative_error(std::span<const double> x, std::span<const double> ref) {
   return max_relative_error(narrowed, ref);
 }
 
-// Elements of `heads` (or of rows of heads[0]) of a [B·H, N, d] tensor on the device.
-std::vector<float> gather(Device& device, const void* tensor, Dtype dtype, const Problem& p, const ReferencePlan& plan) {
-  const int64_t N = p.seq, d = p.head_dim;
+// Heads `heads` of a tensor of [*, per_head] elements on the device, one after the other.
+std::vector<float> gather_heads(Device& device, const void* tensor, Dtype dtype, std::span<const int64_t> heads,
+                                int64_t per_head) {
   std::vector<float> out;
-  if (plan.kind == ReferencePlan::Kind::rows) {
-    for (int64_t row : plan.rows) {
-      const std::vector<float> part = device.download(tensor, dtype, (plan.heads[0] * N + row) * d, d);
-      out.insert(out.end(), part.begin(), part.end());
-    }
-    return out;
-  }
-  for (int64_t h : plan.heads) {
-    const std::vector<float> part = device.download(tensor, dtype, h * N * d, N * d);
+  for (int64_t h : heads) {
+    const std::vector<float> part = device.download(tensor, dtype, h * per_head, per_head);
     out.insert(out.end(), part.begin(), part.end());
   }
   return out;
 }
 
+// Elements of `heads` (or of rows of heads[0]) of a [B·H, N, d] tensor on the device.
+std::vector<float> gather(Device& device, const void* tensor, Dtype dtype, const Problem& p, const ReferencePlan& plan) {
+  const int64_t N = p.seq, d = p.head_dim;
+  if (plan.kind != ReferencePlan::Kind::rows) return gather_heads(device, tensor, dtype, plan.heads, N * d);
+  std::vector<float> out;
+  for (int64_t row : plan.rows) {
+    const std::vector<float> part = device.download(tensor, dtype, (plan.heads[0] * N + row) * d, d);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
+// The context heads of the plan whose dC the reference has whole, from a [B·G, N_k, d] tensor.
+std::vector<float> gather_checked_context(Device& device, const void* tensor, Dtype dtype, const Problem& p,
+                                          const ReferencePlan& plan) {
+  std::vector<int64_t> heads;
+  for (int64_t k : plan.checked_context) heads.push_back(plan.context_heads[k]);
+  return gather_heads(device, tensor, dtype, heads, p.key_seq() * p.head_dim);
+}
+
 // Throws RuntimeFailure naming `what` and the [b, h, n, k] of its first NaN or Inf: a non-finite
 // output or gradient is a failure to report where it is, not an error to fold into a check.
-// Reads the tensor in chunks, so the host holds at most 16 MiB of it at a time.
-void require_finite(Device& device, const void* tensor, Dtype dtype, const Problem& p, std::string_view what) {
+// Reads the tensor in chunks, so the host holds at most 16 MiB of it at a time. `heads` and `rows`
+// are the tensor's H and N (G and N_k for the context's gradient).
+void require_finite(Device& device, const void* tensor, Dtype dtype, const Problem& p, int64_t heads, int64_t rows,
+                    std::string_view what) {
   constexpr int64_t kChunk = int64_t{1} << 22;  // [elements]
-  const int64_t total = p.qkv_elements();
+  const int64_t total = p.batch * heads * rows * p.head_dim;
   for (int64_t start = 0; start < total; start += kChunk) {
     const std::vector<float> part = device.download(tensor, dtype, start, std::min(kChunk, total - start));
     for (size_t i = 0; i < part.size(); ++i) {
@@ -102,10 +152,10 @@ void require_finite(Device& device, const void* tensor, Dtype dtype, const Probl
       int64_t e = start + int64_t(i);
       const int64_t k = e % p.head_dim;
       e /= p.head_dim;
-      const int64_t n = e % p.seq;
-      e /= p.seq;
-      throw RuntimeFailure(fmt::format("{} holds {} at [b={}, h={}, n={}, k={}]", what, part[i], e / p.heads,
-                                       e % p.heads, n, k));
+      const int64_t n = e % rows;
+      e /= rows;
+      throw RuntimeFailure(fmt::format("{} holds {} at [b={}, h={}, n={}, k={}]", what, part[i], e / heads,
+                                       e % heads, n, k));
     }
   }
 }
@@ -123,21 +173,43 @@ uint64_t problem_seed(const RunOptions& options, const Problem& problem) {
   return options.seed ^ std::hash<std::string>{}(problem.describe());
 }
 
+// The seed of input set k's context, apart from the X0 and dO seeds of every set.
+uint64_t context_seed(uint64_t seed, int64_t set) { return seed + (uint64_t{1} << 32) + uint64_t(set); }
+
+// One input set on the device: X0, dO and (where the stack attends to one) the context C, tag input.
+struct InputSet {
+  RawBuffer X0, dO, C;
+  InputSet(Device& device, MemorySpace& space, const Problem& p, uint64_t seed, int64_t set) {
+    const int64_t bytes = p.qkv_elements() * element_bytes(p.dtype);
+    X0 = RawBuffer(space, Tag::input, bytes);
+    dO = RawBuffer(space, Tag::input, bytes);
+    device.fill_normal(p.dtype, X0.data(), p.qkv_elements(), seed + 2 * uint64_t(set));
+    device.fill_normal(p.dtype, dO.data(), p.qkv_elements(), seed + 2 * uint64_t(set) + 1);
+    if (p.self_attention()) return;
+    C = RawBuffer(space, Tag::input, p.kv_elements() * element_bytes(p.dtype));
+    device.fill_normal(p.dtype, C.data(), p.kv_elements(), context_seed(seed, set));
+  }
+  const void* context() const { return C.empty() ? nullptr : C.data(); }
+};
+
 // The exact and the naive results on the plan's part of the problem, and the judgement.
 struct Reference {
   ReferencePlan plan;
-  std::vector<double> output, input_grad;  // exact
+  std::vector<double> output, input_grad, context_grad;  // exact; dC of plan.checked_context
   std::optional<double> naive_error;       // the naive computation's error against them
   double max_abs_score = 0;
 
   // FlashAttention's bar: the error may be a small multiple of that of the same computation done
   // naively in the storage precision, plus what exp(S − LSE) costs in fp32 at the largest logit
   // (its condition number is its argument) and a floor for summation order.
-  Check judge(const Problem& p, const std::vector<float>& got_output, const std::vector<float>& got_grad) const {
+  Check judge(const Problem& p, const std::vector<float>& got_output, const std::vector<float>& got_grad,
+              const std::vector<float>& got_context_grad) const {
     Check check;
     check.reference = plan.kind == ReferencePlan::Kind::rows ? "float64 rows (output)" : "float64";
     check.max_rel_err = max_relative_error(got_output, output);
     if (!got_grad.empty()) check.max_rel_err = std::max(check.max_rel_err, max_relative_error(got_grad, input_grad));
+    if (!got_context_grad.empty())
+      check.max_rel_err = std::max(check.max_rel_err, max_relative_error(got_context_grad, context_grad));
     check.naive_rel_err = naive_error;
     const double logit_bound = 8.0 * max_abs_score * std::ldexp(1.0, -24);
     const double floor = p.dtype == Dtype::fp32 ? 1e-5 : 1e-6;
@@ -152,7 +224,8 @@ struct Setting {
   std::optional<int64_t> limit;           // the device's memory a run may use [bytes]
   std::optional<int64_t> host_available;  // the host's, for the harness's own buffers [bytes]
   ReferencePlan reference;
-  uint64_t seed = 0;                      // of input set 0; set k uses seed + 2k (X0), + 2k + 1 (dO)
+  uint64_t seed = 0;                      // of input set 0; set k uses seed + 2k (X0), + 2k + 1 (dO),
+                                          // context_seed(seed, k) (C)
   int64_t host_bytes = 0;                 // what the harness holds on the host beside a run [bytes]
   int64_t device_bytes = 0;               // ... and on the device, outside the ledger [bytes]
 };
@@ -232,35 +305,61 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
     why_not = plan.not_checked;
     return std::nullopt;
   }
-  const int64_t elements = problem.qkv_elements();
   try {
     MemoryLedger ledger(s.limit.value_or(MemoryLedger::kUnlimited));
     std::unique_ptr<MemorySpace> space = device.open_space(ledger);
-    RawBuffer X0(*space, Tag::input, elements * element_bytes(problem.dtype));
-    RawBuffer dO(*space, Tag::input, elements * element_bytes(problem.dtype));
-    device.fill_normal(problem.dtype, X0.data(), elements, s.seed);
-    device.fill_normal(problem.dtype, dO.data(), elements, s.seed + 1);
+    const InputSet inputs(device, *space, problem, s.seed, 0);
     Reference r;
     r.plan = plan;
-    const ReferencePlan whole_heads{ReferencePlan::Kind::stack, plan.heads, {}, {}, 0, 0};
-    const std::vector<float> x_stored = gather(device, X0.data(), problem.dtype, problem, whole_heads);
+    const ReferencePlan whole_heads{ReferencePlan::Kind::stack, plan.heads, {}, {}, {}, {}, {}, 0, 0};
+    const std::vector<float> x_stored = gather(device, inputs.X0.data(), problem.dtype, problem, whole_heads);
     const std::vector<double> x(x_stored.begin(), x_stored.end());
+    std::vector<double> c;
+    if (!problem.self_attention()) {
+      const std::vector<float> c_stored = gather_heads(device, inputs.C.data(), problem.dtype, plan.context_heads,
+                                                       problem.key_seq() * problem.head_dim);
+      c.assign(c_stored.begin(), c_stored.end());
+    }
+    ReferenceShape shape{int64_t(plan.heads.size()), problem.seq, problem.head_dim, problem.causal,
+                         problem.key_seq()};
+    shape.dropout = problem.dropout;  // the stack's masks: keyed by the problem's seed, layer by layer
+    shape.dropout_seed = s.seed;
+    shape.head_index = plan.heads;
     if (plan.kind == ReferencePlan::Kind::stack) {
-      const std::vector<float> g_stored = gather(device, dO.data(), problem.dtype, problem, whole_heads);
+      const std::vector<float> g_stored = gather(device, inputs.dO.data(), problem.dtype, problem, whole_heads);
       const std::vector<double> g(g_stored.begin(), g_stored.end());
-      const ReferenceShape shape{int64_t(plan.heads.size()), problem.seq, problem.head_dim, problem.causal};
-      StackReference exact = reference_stack(shape, problem.layers, x, g);
-      const StackReference naive = reference_stack(shape, problem.layers, x, g, problem.dtype);
-      r.naive_error = std::max(relative_error(naive.output, exact.output),
-                               relative_error(naive.input_grad, exact.input_grad));
-      r.max_abs_score = exact.max_abs_score;
-      r.output = std::move(exact.output);
-      r.input_grad = std::move(exact.input_grad);
+      if (problem.self_attention()) {
+        StackReference exact = reference_stack(shape, problem.layers, x, g);
+        const StackReference naive = reference_stack(shape, problem.layers, x, g, problem.dtype);
+        r.naive_error = std::max(relative_error(naive.output, exact.output),
+                                 relative_error(naive.input_grad, exact.input_grad));
+        r.max_abs_score = exact.max_abs_score;
+        r.output = std::move(exact.output);
+        r.input_grad = std::move(exact.input_grad);
+      } else {
+        CrossStackReference exact = reference_cross_stack(shape, problem.layers, x, g, c, plan.context_of);
+        const CrossStackReference naive =
+            reference_cross_stack(shape, problem.layers, x, g, c, plan.context_of, problem.dtype);
+        const int64_t per_head = problem.key_seq() * problem.head_dim;
+        std::vector<double> exact_context, naive_context;
+        for (int64_t k : plan.checked_context) {
+          exact_context.insert(exact_context.end(), exact.context_grad.begin() + k * per_head,
+                               exact.context_grad.begin() + (k + 1) * per_head);
+          naive_context.insert(naive_context.end(), naive.context_grad.begin() + k * per_head,
+                               naive.context_grad.begin() + (k + 1) * per_head);
+        }
+        r.naive_error = std::max({relative_error(naive.output, exact.output),
+                                  relative_error(naive.input_grad, exact.input_grad),
+                                  relative_error(naive_context, exact_context)});
+        r.max_abs_score = exact.max_abs_score;
+        r.output = std::move(exact.output);
+        r.input_grad = std::move(exact.input_grad);
+        r.context_grad = std::move(exact_context);
+      }
     } else {
-      r.output = reference_output_rows(problem.seq, problem.head_dim, problem.causal, x, plan.rows, std::nullopt,
-                                       &r.max_abs_score);
-      const std::vector<double> naive = reference_output_rows(problem.seq, problem.head_dim, problem.causal, x,
-                                                              plan.rows, problem.dtype, nullptr);
+      const std::span<const double> kv = problem.self_attention() ? std::span<const double>(x) : std::span<const double>(c);
+      r.output = reference_output_rows(shape, x, kv, plan.rows, std::nullopt, &r.max_abs_score);
+      const std::vector<double> naive = reference_output_rows(shape, x, kv, plan.rows, problem.dtype, nullptr);
       r.naive_error = relative_error(naive, r.output);
     }
     return r;
@@ -279,19 +378,13 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
 // or the implementation throws; the caller turns it into the row's status.
 void measure(Device& device, const RunOptions& options, const Problem& problem, Implementation& implementation,
              const Setting& s, const std::optional<Reference>& reference, Row& row) {
-  const int64_t elements = problem.qkv_elements();
   MemoryLedger ledger(s.limit.value_or(MemoryLedger::kUnlimited));
   std::unique_ptr<MemorySpace> space = device.open_space(ledger);
   space->reset_os_peak();
   ledger.set_phase(Phase::setup);
-  std::vector<RawBuffer> X0, dO;
-  for (int64_t set = 0; set < s.params.input_sets; ++set) {
-    X0.emplace_back(*space, Tag::input, elements * element_bytes(problem.dtype));
-    dO.emplace_back(*space, Tag::input, elements * element_bytes(problem.dtype));
-    device.fill_normal(problem.dtype, X0.back().data(), elements, s.seed + 2 * uint64_t(set));
-    device.fill_normal(problem.dtype, dO.back().data(), elements, s.seed + 2 * uint64_t(set) + 1);
-  }
-  LayerStack stack(problem, implementation, device, *space);
+  std::vector<InputSet> inputs;
+  for (int64_t set = 0; set < s.params.input_sets; ++set) inputs.emplace_back(device, *space, problem, s.seed, set);
+  LayerStack stack(problem, implementation, device, *space, s.seed);
   std::unique_ptr<PhaseTimer> timer = device.timer();
   inject_failure(implementation);
 
@@ -301,28 +394,36 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   if (options.cold) device.flush_caches();
   ledger.set_phase(Phase::fwd);
   timer->mark();
-  stack.forward(X0[0].data());
+  stack.forward(inputs[0].X0.data(), inputs[0].context());
   timer->mark();
-  require_finite(device, stack.output(), problem.dtype, problem, "the output X_L");
-  std::vector<float> output, input_grad;
+  require_finite(device, stack.output(), problem.dtype, problem, problem.heads, problem.seq, "the output X_L");
+  std::vector<float> output, input_grad, context_grad;
   if (reference) output = gather(device, stack.output(), problem.dtype, problem, reference->plan);
   row.measured.kept_bytes = ledger.live()[Tag::kept];
   ledger.set_phase(Phase::bwd);
   timer->mark();
-  RawBuffer dX0 = stack.backward(X0[0].data(), dO[0].data());
+  LayerStack::Gradients gradients = stack.backward(inputs[0].X0.data(), inputs[0].dO.data(), inputs[0].context());
   timer->mark();
   device.synchronize();
-  require_finite(device, dX0.data(), device.gradient_dtype(problem), problem, "the input gradient dX_0");
-  if (reference && reference->plan.kind == ReferencePlan::Kind::stack)
-    input_grad = gather(device, dX0.data(), device.gradient_dtype(problem), problem, reference->plan);
-  dX0.reset();
+  const Dtype gradient_dtype = device.gradient_dtype(problem);
+  require_finite(device, gradients.input.data(), gradient_dtype, problem, problem.heads, problem.seq,
+                 "the input gradient dX_0");
+  if (!gradients.context.empty())
+    require_finite(device, gradients.context.data(), gradient_dtype, problem, problem.key_heads(), problem.key_seq(),
+                   "the context gradient dC");
+  if (reference && reference->plan.kind == ReferencePlan::Kind::stack) {
+    input_grad = gather(device, gradients.input.data(), gradient_dtype, problem, reference->plan);
+    if (!gradients.context.empty())
+      context_grad = gather_checked_context(device, gradients.context.data(), gradient_dtype, problem, reference->plan);
+  }
+  gradients = {};
   row.measured.peak_bytes = ledger.peak_bytes();
   row.measured.peak_phase = ledger.peak_phase();
   row.measured.by_tag = ledger.at_peak();
   row.measured.high_water = ledger.high_water();
   row.measured.os_peak_bytes = space->os_peak_bytes();
   const std::vector<double> first = timer->intervals_ms();  // fwd, the capture, bwd
-  if (reference) row.check = reference->judge(problem, output, input_grad);
+  if (reference) row.check = reference->judge(problem, output, input_grad, context_grad);
 
   // Warm-up (the measured pass counts as the first run), then samples until the median is steady,
   // rotating input sets so that no sample finds its inputs in a cache.
@@ -342,10 +443,11 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
     if (options.cold) device.flush_caches();
     ledger.set_phase(Phase::fwd);
     timer->mark();
-    stack.forward(X0[set].data());
+    stack.forward(inputs[set].X0.data(), inputs[set].context());
     timer->mark();
     ledger.set_phase(Phase::bwd);
-    RawBuffer dX = stack.backward(X0[set].data(), dO[set].data());
+    const LayerStack::Gradients sample_gradients =
+        stack.backward(inputs[set].X0.data(), inputs[set].dO.data(), inputs[set].context());
     timer->mark();
     const std::vector<double> times = timer->intervals_ms();
     if (warming_up) {
@@ -399,25 +501,36 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
 }
 
 Runner::Pass Runner::run_once(const Problem& problem, Implementation& implementation, std::span<const float> X0,
-                              std::span<const float> dO) {
+                              std::span<const float> dO, std::span<const float> C) {
   validate(problem);
   const int64_t elements = problem.qkv_elements();
-  if (int64_t(X0.size()) != elements || int64_t(dO.size()) != elements)
-    throw UsageError(fmt::format("inputs hold {} and {} values, the problem needs {}", X0.size(), dO.size(), elements));
+  const int64_t context_elements = problem.self_attention() ? 0 : problem.kv_elements();
+  if (int64_t(X0.size()) != elements || int64_t(dO.size()) != elements || int64_t(C.size()) != context_elements)
+    throw UsageError(fmt::format("inputs hold {}, {} and {} values, the problem needs {}, {} and {}", X0.size(),
+                                 dO.size(), C.size(), elements, elements, context_elements));
   if (auto why = implementation.unsupported(problem)) throw UsageError(*why);
   MemoryLedger ledger;
   std::unique_ptr<MemorySpace> space = device_.open_space(ledger);
   RawBuffer X0_device(*space, Tag::input, elements * element_bytes(problem.dtype));
   RawBuffer dO_device(*space, Tag::input, elements * element_bytes(problem.dtype));
+  RawBuffer C_device;
   device_.upload(X0, problem.dtype, X0_device.data());
   device_.upload(dO, problem.dtype, dO_device.data());
-  LayerStack stack(problem, implementation, device_, *space);
-  stack.forward(X0_device.data());
+  if (context_elements > 0) {
+    C_device = RawBuffer(*space, Tag::input, context_elements * element_bytes(problem.dtype));
+    device_.upload(C, problem.dtype, C_device.data());
+  }
+  const void* context = C_device.empty() ? nullptr : C_device.data();
+  LayerStack stack(problem, implementation, device_, *space, options_.seed);
+  stack.forward(X0_device.data(), context);
   Pass pass;
   pass.output = device_.download(stack.output(), problem.dtype, 0, elements);
-  RawBuffer dX0 = stack.backward(X0_device.data(), dO_device.data());
+  const LayerStack::Gradients gradients = stack.backward(X0_device.data(), dO_device.data(), context);
   device_.synchronize();
-  pass.input_grad = device_.download(dX0.data(), device_.gradient_dtype(problem), 0, elements);
+  const Dtype gradient_dtype = device_.gradient_dtype(problem);
+  pass.input_grad = device_.download(gradients.input.data(), gradient_dtype, 0, elements);
+  if (context_elements > 0)
+    pass.context_grad = device_.download(gradients.context.data(), gradient_dtype, 0, context_elements);
   return pass;
 }
 

@@ -24,20 +24,32 @@ KeptTensors allocate_kept(Variant variant, const Problem& problem, MemorySpace& 
   return kept;
 }
 
-LayerStack::LayerStack(const Problem& problem, Implementation& implementation, Device& device, MemorySpace& space)
+LayerStack::LayerStack(const Problem& problem, Implementation& implementation, Device& device, MemorySpace& space,
+                       uint64_t dropout_seed)
     : problem_(problem), implementation_(implementation), device_(device), space_(space),
-      output_is_kept_(keeps_layer_output(implementation.variant())) {}
+      output_is_kept_(keeps_layer_output(implementation.variant())), dropout_seed_(dropout_seed) {}
 
-void LayerStack::forward(const void* X0) {
+namespace {
+void require_context(const Problem& problem, const void* C) {
+  if ((C != nullptr) == !problem.self_attention()) return;
+  throw RuntimeFailure(problem.self_attention() ? "internal error: a context for a self-attention stack"
+                                                : "internal error: no context for a stack that attends to one");
+}
+}  // namespace
+
+void LayerStack::forward(const void* X0, const void* C) {
+  require_context(problem_, C);
   const int64_t L = problem_.layers;
   const int64_t x_bytes = problem_.qkv_elements() * element_bytes(problem_.dtype);
   outputs_.clear();
   kept_.clear();
   outputs_.resize(L);
   kept_.resize(L);
-  LayerCall call{problem_, device_, space_};
+  LayerCall call{problem_, device_, space_, C};
+  call.dropout_seed = dropout_seed_;
   const void* X = X0;
   for (int64_t i = 0; i < L; ++i) {
+    call.layer = i;
     outputs_[i] = RawBuffer(space_, output_is_kept_ ? Tag::kept : Tag::activation, x_bytes);
     kept_[i] = allocate_kept(implementation_.variant(), problem_, space_);
     implementation_.forward(call, X, outputs_[i].data(), kept_[i]);
@@ -47,17 +59,23 @@ void LayerStack::forward(const void* X0) {
 
 const void* LayerStack::output() const { return outputs_.back().data(); }
 
-RawBuffer LayerStack::backward(const void* X0, const void* dO) {
+LayerStack::Gradients LayerStack::backward(const void* X0, const void* dO, const void* C) {
+  require_context(problem_, C);
   const int64_t L = problem_.layers;
   const Dtype gradient_dtype = device_.gradient_dtype(problem_);
   const int64_t grad_bytes = problem_.qkv_elements() * element_bytes(gradient_dtype);
-  LayerCall call{problem_, device_, space_};
+  Gradients gradients;
+  if (C) gradients.context = RawBuffer(space_, Tag::grad, problem_.kv_elements() * element_bytes(gradient_dtype));
+  LayerCall call{problem_, device_, space_, C, gradients.context.data()};
+  call.dropout_seed = dropout_seed_;
   if (!output_is_kept_) outputs_[L - 1].reset();  // nothing reads the last output
   RawBuffer incoming;  // dX_{i+1}; empty means dO
   for (int64_t i = L - 1; i >= 0; --i) {
     const void* X_i = i == 0 ? X0 : outputs_[i - 1].data();
     const Gradient gradient = incoming.empty() ? Gradient{dO, problem_.dtype} : Gradient{incoming.data(), gradient_dtype};
     RawBuffer dX(space_, Tag::grad, grad_bytes);
+    call.first_context_grad = i == L - 1;
+    call.layer = i;
     implementation_.backward(call, X_i, outputs_[i].data(), gradient, kept_[i], dX.data());
     kept_[i].clear();
     if (output_is_kept_) {
@@ -67,7 +85,8 @@ RawBuffer LayerStack::backward(const void* X0, const void* dO) {
     }
     incoming = std::move(dX);
   }
-  return incoming;
+  gradients.input = std::move(incoming);
+  return gradients;
 }
 
 }  // namespace flashbench

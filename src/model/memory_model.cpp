@@ -19,7 +19,12 @@ struct Moment {
 }  // namespace
 
 int64_t input_bytes(const Problem& problem) {
-  return 2 * problem.qkv_elements() * element_bytes(problem.dtype);  // X0 and dO
+  const int64_t context = problem.self_attention() ? 0 : problem.kv_elements();  // C
+  return (2 * problem.qkv_elements() + context) * element_bytes(problem.dtype);  // X0, dO (and C)
+}
+
+int64_t context_grad_bytes(const Problem& problem, const ModelParams& params) {
+  return problem.self_attention() ? 0 : problem.kv_elements() * params.gradient_element_bytes;
 }
 
 LayerMemory layer_memory(const Problem& problem, Variant variant, const LayerCosts& costs, const ModelParams& params) {
@@ -40,6 +45,7 @@ ModelledMemory model_memory(const Problem& problem, Variant variant, const Layer
   const Tag output_tag = output_is_kept ? Tag::kept : Tag::activation;
   const int64_t kept_beyond_output = layer.kept_bytes - (output_is_kept ? layer.output_bytes : 0);
   const int64_t one_grad = problem.qkv_elements() * params.gradient_element_bytes;  // dX_{i+1} [bytes]
+  const int64_t context_grad = context_grad_bytes(problem, params);  // dC, alive through backward [bytes]
   const int64_t L = problem.layers;
 
   TagBytes setup;
@@ -65,7 +71,7 @@ ModelledMemory model_memory(const Problem& problem, Variant variant, const Layer
     Moment backward{setup, Phase::bwd};
     backward.live[Tag::kept] += (i + 1) * kept_beyond_output;
     backward.live[output_tag] += (output_is_kept ? i + 1 : i) * layer.output_bytes;
-    backward.live[Tag::grad] = layer.grad_bytes + (i < L - 1 ? one_grad : 0);
+    backward.live[Tag::grad] = context_grad + layer.grad_bytes + (i < L - 1 ? one_grad : 0);
     backward.live[Tag::workspace] += layer.backward_workspace_bytes;
     moments.push_back(backward);
   }

@@ -227,15 +227,65 @@ Preset seed_003(const ModelSource& model) {
   return preset;
 }
 
+// Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models": one
+// transformer layer keeps s·b·h·(34 + 5·a·s/h) bytes of activations in 16 bits without
+// recomputation, 5·a·s²·b of them the attention's softmax output P (2 bytes), dropout mask (1) and
+// dropped P (2); selective recomputation recomputes those three and keeps 34·s·b·h. For GPT-3 175B
+// (a = 96, h = 12288, s = 2048) the paper prints 5as/h = 80 against 34.
+Preset korthikanti(const ModelSource& model) {
+  Preset preset;
+  preset.name = "korthikanti";
+  preset.source = "Korthikanti et al. 2022, \"Reducing Activation Recomputation in Large Transformer Models\": "
+                  "per-layer activations s*b*h*(34 + 5*a*s/h), GPT-3 175B (a = 96, h = 12288, s = 2048), 16-bit";
+  preset.problem = Problem{.batch = 1, .heads = 96, .seq = 2048, .dropout = 0.1, .head_dim = 128, .layers = 1,
+                           .causal = true, .dtype = Dtype::fp16};
+  preset.assumptions = "micro-batch b = 1, no tensor parallelism (t = 1), head dim h/a = 128, attention dropout 0.1; "
+                       "flashbench models the attention core only (its stack has no projections, MLP or LayerNorm)";
+  const Problem& p = preset.problem;
+  const double a = double(p.heads), s = double(p.seq), b = double(p.batch), h = a * double(p.head_dim);
+  const VariantModels m = model_all(p, model);
+  const double score_term = 5 * a * s / h;  // 80 for GPT-3 175B
+
+  PresetRow row = make_row("5as/h, the attention-score coefficient",
+                           Printed{"80", 80, 1, "", 0, Claim::exact}, score_term, score_term, "", "count");
+  preset.rows.push_back(row);
+
+  row = make_row("per-layer activations, no recompute: sbh(34 + 5as/h)", kNotPrinted,
+                 s * b * h * (34 + score_term), s * b * h * (34 + score_term), "");
+  preset.rows.push_back(row);
+
+  row = make_row("5as^2b: softmax P, dropout mask, dropped P", kNotPrinted, 5 * a * s * s * b, 5 * a * s * s * b, "");
+  set_flashbench(row, double(m.standard_layer.kept_bytes), "standard with dropout: kept P, 1-byte mask and P~ per layer");
+  preset.rows.push_back(row);
+
+  row = make_row("per-layer activations, selective recompute: 34sbh", kNotPrinted, 34 * s * b * h, 34 * s * b * h, "");
+  set_flashbench(row, double(m.v2_layer.kept_bytes), "v2: kept per layer (O and LSE; the mask regenerated)");
+  preset.rows.push_back(row);
+
+  row = make_row("share of a layer's activations selective recompute saves", kNotPrinted,
+                 100 * score_term / (34 + score_term), 100 * score_term / (34 + score_term), "", "percent");
+  preset.rows.push_back(row);
+
+  row = make_row("v1 kept per layer (S, m, l, mask, dropped P)", kNotPrinted, std::nullopt, std::nullopt, "");
+  set_flashbench(row, double(m.v1_layer.kept_bytes), "v1 with dropout: kept per layer");
+  preset.rows.push_back(row);
+
+  row = make_row("checkpoint kept per layer", kNotPrinted, std::nullopt, std::nullopt, "");
+  set_flashbench(row, double(m.checkpoint.kept_bytes), "checkpoint: nothing beyond the layer input (the mask redrawn)");
+  preset.rows.push_back(row);
+  return preset;
+}
+
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"seed-002", "seed-000", "seed-003"}; }
+std::vector<std::string> preset_names() { return {"seed-002", "seed-000", "seed-003", "korthikanti"}; }
 
 Preset make_preset(const std::string& name, const ModelSource& model) {
   if (name == "seed-002") return seed_002(model);
   if (name == "seed-000") return seed_000(model);
   if (name == "seed-003") return seed_003(model);
-  throw UsageError(fmt::format("unknown preset '{}' (expected seed-002, seed-000 or seed-003)", name));
+  if (name == "korthikanti") return korthikanti(model);
+  throw UsageError(fmt::format("unknown preset '{}' (expected seed-002, seed-000, seed-003 or korthikanti)", name));
 }
 
 }  // namespace flashbench

@@ -16,10 +16,6 @@ namespace flashbench {
 
 namespace {
 
-bool same_problem(const Problem& p, const Problem& q) {
-  return p.batch == q.batch && p.heads == q.heads && p.seq == q.seq && p.head_dim == q.head_dim &&
-         p.layers == q.layers && p.causal == q.causal && p.dtype == q.dtype;
-}
 
 bool timed(const Row& row) { return row.status == Status::ok && row.fwd.median_ms > 0 && row.bwd.median_ms > 0; }
 

@@ -27,8 +27,9 @@ class CsvReporter final : public Reporter {
   explicit CsvReporter(std::ostream& out) : out_(out) {}
 
   void begin(const nlohmann::ordered_json&) override {
-    std::vector<std::string> header = {"backend", "variant", "impl", "batch", "heads", "seq", "head_dim", "layers",
-                                       "causal", "dtype", "status", "reason"};
+    std::vector<std::string> header = {"backend", "variant", "impl", "batch", "heads", "kv_heads", "seq", "seq_k",
+                                       "head_dim", "layers", "causal", "dropout", "expand_kv", "dtype", "status",
+                                       "reason"};
     for (const char* phase : {"fwd", "bwd"})
       for (const char* stat : {"median_ms", "mean_ms", "stddev_ms", "min_ms", "max_ms", "count", "median_noise"})
         header.push_back(fmt::format("{}_{}", phase, stat));
@@ -50,10 +51,14 @@ class CsvReporter final : public Reporter {
                                       row.implementation(),
                                       fmt::format("{}", p.batch),
                                       fmt::format("{}", p.heads),
+                                      fmt::format("{}", p.key_heads()),
                                       fmt::format("{}", p.seq),
+                                      fmt::format("{}", p.key_seq()),
                                       fmt::format("{}", p.head_dim),
                                       fmt::format("{}", p.layers),
                                       p.causal ? "true" : "false",
+                                      fmt::format("{:g}", p.dropout),
+                                      p.repeats_kv() ? "true" : "false",
                                       std::string(to_string(p.dtype)),
                                       std::string(to_string(row.status)),
                                       row.reason};

@@ -102,9 +102,7 @@ namespace report_detail {
 namespace {
 
 bool same_group(const Row& a, const Row& b) {
-  const Problem &p = a.problem, &q = b.problem;
-  return a.backend == b.backend && p.batch == q.batch && p.heads == q.heads && p.seq == q.seq &&
-         p.head_dim == q.head_dim && p.layers == q.layers && p.causal == q.causal && p.dtype == q.dtype;
+  return a.backend == b.backend && same_problem(a.problem, b.problem);
 }
 
 bool timed(const Row& row) { return row.status == Status::ok && row.fwd.median_ms > 0 && row.bwd.median_ms > 0; }

@@ -43,17 +43,6 @@ ordered_json tags_to_json(const TagBytes& tags) {
   return j;
 }
 
-ordered_json problem_to_json(const Problem& p) {
-  ordered_json j;
-  j["batch"] = p.batch;
-  j["heads"] = p.heads;
-  j["seq"] = p.seq;
-  j["head_dim"] = p.head_dim;
-  j["layers"] = p.layers;
-  j["causal"] = p.causal;
-  j["dtype"] = std::string(to_string(p.dtype));
-  return j;
-}
 
 // Reading back: required keys throw a UsageError naming the key, optional ones default.
 const json& required(const json& j, const char* key, std::string_view where) {
@@ -111,6 +100,23 @@ TagBytes tags_from_json(const json& j) {
 }
 
 }  // namespace
+
+ordered_json problem_to_json(const Problem& p) {
+  ordered_json j;
+  j["batch"] = p.batch;
+  j["heads"] = p.heads;
+  j["kv_heads"] = p.key_heads();
+  j["seq"] = p.seq;
+  j["seq_q"] = p.seq;
+  j["seq_k"] = p.key_seq();
+  j["head_dim"] = p.head_dim;
+  j["layers"] = p.layers;
+  j["causal"] = p.causal;
+  j["dropout"] = p.dropout;
+  j["expand_kv"] = p.repeats_kv();
+  j["dtype"] = std::string(to_string(p.dtype));
+  return j;
+}
 
 std::vector<std::string> row_warnings(const Row& row) {
   std::vector<std::string> warnings = timing_warnings(row.fwd, "fwd");
@@ -198,6 +204,11 @@ Row row_from_json(const json& j) {
   row.problem.head_dim = required(p, "head_dim", "problem").get<int64_t>();
   row.problem.layers = p.value("layers", int64_t{1});
   row.problem.causal = p.value("causal", false);
+  // Files written before these axes existed hold square self-attention without dropout.
+  row.problem.kv_heads = p.value("kv_heads", row.problem.heads);
+  row.problem.seq_kv = p.value("seq_k", row.problem.seq);
+  row.problem.dropout = p.value("dropout", 0.0);
+  row.problem.expand_kv = p.value("expand_kv", false);
   row.problem.dtype = parse_dtype(p.value("dtype", std::string("fp32")));
   row.status = parse_status(required(j, "status", "a row").get<std::string>());
   if (j.contains("reason") && j.at("reason").is_string()) row.reason = j.at("reason").get<std::string>();

@@ -16,11 +16,11 @@ namespace flashbench {
 namespace {
 
 // Series key: backend and every axis but N; batch kBatchFollowsSeq where the batch changes with N.
-using ShapeKey = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t, bool, int>;
+using ShapeKey = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t, bool, int, std::string>;
 constexpr int64_t kBatchFollowsSeq = -1;
 ShapeKey shape_key(const Row& row, int64_t batch) {
   const Problem& p = row.problem;
-  return {row.backend, batch, p.heads, p.head_dim, p.layers, p.causal, static_cast<int>(p.dtype)};
+  return {row.backend, batch, p.heads, p.head_dim, p.layers, p.causal, static_cast<int>(p.dtype), p.workload()};
 }
 
 // Sweeps at a fixed token count (B·N constant, as GPU sweeps and peers run) change B with N. Rows
@@ -173,8 +173,9 @@ LineFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
 }
 
 std::string describe_shape(const Problem& p) {
-  return fmt::format("B={} H={} d={} L={}{} {}", p.batch, p.heads, p.head_dim, p.layers, p.causal ? " causal" : "",
-                     to_string(p.dtype));
+  const std::string extras = p.workload();
+  return fmt::format("B={} H={} d={} L={}{}{}{} {}", p.batch, p.heads, p.head_dim, p.layers, p.causal ? " causal" : "",
+                     extras.empty() ? "" : " ", extras, to_string(p.dtype));
 }
 
 SweepSummary summarize_sweep(const std::vector<Row>& rows) {

@@ -21,6 +21,8 @@ struct KeptView16 {
   float* row_max = nullptr;  // v1: m [BH, N]
   float* row_sum = nullptr;  // v1: l [BH, N]
   float* lse = nullptr;      // v2: LSE [BH, N]
+  Half* dropped = nullptr;   // unused: 16-bit storage runs without dropout
+  uint8_t* mask = nullptr;
 };
 
 // Workspace one 16-bit layer call holds at its peak [floats]: the fp32 staging of its inputs

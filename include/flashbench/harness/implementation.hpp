@@ -44,12 +44,20 @@ struct Gradient {
   Dtype dtype;
 };
 
-// One layer call. Shapes [B,H,N,d] for X, O, dO, dX; X and O in problem.dtype, dX in the device's
-// gradient dtype. Q = K = V = X (the stack's self-attention).
+// One layer call. Shapes [B,H,N,d] for X, O, dO, dX and [B,G,N_k,d] for the context C and its
+// gradient dC; X, O and C in problem.dtype, dX and dC in the device's gradient dtype. With
+// problem.self_attention() Q = K = V = X and there is no context; otherwise Q = X, K = V = C.
 struct LayerCall {
   const Problem& problem;
   Device& device;      // the device the implementation was registered for
   MemorySpace& space;  // where its workspace comes from (tag workspace; grad for extra gradients)
+  const void* context = nullptr;  // C, or null for self-attention
+  void* context_grad = nullptr;   // dC: backward adds this layer's dK + dV into it ...
+  bool first_context_grad = false;  // ... or writes it, in the first layer backward visits
+  // The dropout mask's key (philox.hpp): the stack's seed, and the layer as its offset, the same in
+  // this layer's forward and backward.
+  uint64_t dropout_seed = 0;
+  int64_t layer = 0;
 };
 
 class Implementation {
@@ -65,9 +73,10 @@ class Implementation {
   // What its rows record of it (tile sizes).
   virtual void annotate(Row& row) const;
 
-  // O = attention(X, X, X), filling the kept tensors the stack allocated.
+  // O = attention(X, X, X), or attention(X, C, C), filling the kept tensors the stack allocated.
   virtual void forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) = 0;
-  // dX = dQ + dK + dV from the incoming gradient and what forward kept (O is read by v2 only).
+  // dX = dQ + dK + dV from the incoming gradient and what forward kept (O is read by v2 only); with a
+  // context dX = dQ and dC (+)= dK + dV.
   virtual void backward(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept,
                         void* dX) = 0;
 };

@@ -35,13 +35,14 @@ class Runner {
   // One row per implementation, in the order given, all on the same inputs.
   std::vector<Row> run(const Problem& problem, std::span<Implementation* const> implementations);
 
-  // One untimed pass of one implementation on given inputs X0 and dO [B,H,N,d] (rounded to the
-  // problem's dtype on the device): X_L and dX_0 as float. For `grad` and the tests.
+  // One untimed pass of one implementation on given inputs X0 and dO [B,H,N,d] and, where the
+  // problem attends to a context, C [B,G,N_k,d] (rounded to the problem's dtype on the device): X_L,
+  // dX_0 and dC as float. For `grad` and the tests.
   struct Pass {
-    std::vector<float> output, input_grad;
+    std::vector<float> output, input_grad, context_grad;
   };
   Pass run_once(const Problem& problem, Implementation& implementation, std::span<const float> X0,
-                std::span<const float> dO);
+                std::span<const float> dO, std::span<const float> C = {});
 
  private:
   Device& device_;

@@ -1,8 +1,10 @@
 #pragma once
 // The chained layer stack, the same schedule on every device: X0 is the input,
 // X_{i+1} = Attn(Q=X_i, K=X_i, V=X_i) per head, and backward feeds dX_i = dQ + dK + dV into layer
-// i−1. Which buffer exists when, under which tag, is stated once here and reproduced in closed form
-// by the model (model.hpp); change them together.
+// i−1. Where K and V cannot be X (G < H or N_k ≠ N, problem.hpp) every layer reads the one context
+// C instead, X_{i+1} = Attn(Q=X_i, K=C, V=C), dX_i = dQ, and dC = Σ_i (dK_i + dV_i) is allocated
+// (tag grad) when backward starts. Which buffer exists when, under which tag, is stated once here and
+// reproduced in closed form by the model (model.hpp); change them together.
 #include <vector>
 
 #include "flashbench/harness/device.hpp"
@@ -16,16 +18,23 @@ KeptTensors allocate_kept(Variant variant, const Problem& problem, MemorySpace& 
 
 class LayerStack {
  public:
-  LayerStack(const Problem& problem, Implementation& implementation, Device& device, MemorySpace& space);
+  // `dropout_seed` keys the layers' dropout masks (the layer index is the offset).
+  LayerStack(const Problem& problem, Implementation& implementation, Device& device, MemorySpace& space,
+             uint64_t dropout_seed = 0);
 
-  // Forward through problem.layers layers from X0 [B,H,N,d]: allocates each layer's output and what
-  // its variant keeps. output() is X_L afterwards.
-  void forward(const void* X0);
+  // Forward through problem.layers layers from X0 [B,H,N,d] (and the context C [B,G,N_k,d] where
+  // the problem has one): allocates each layer's output and what its variant keeps. output() is X_L
+  // afterwards.
+  void forward(const void* X0, const void* C = nullptr);
   const void* output() const;
 
-  // Backward from dO down to dX_0 (returned, tag grad, the device's gradient dtype); frees what each
+  // Backward from dO down to dX_0 and dC (tag grad, the device's gradient dtype); frees what each
   // layer held as it goes.
-  RawBuffer backward(const void* X0, const void* dO);
+  struct Gradients {
+    RawBuffer input;    // dX_0 [B,H,N,d]
+    RawBuffer context;  // dC [B,G,N_k,d]; empty for self-attention
+  };
+  Gradients backward(const void* X0, const void* dO, const void* C = nullptr);
 
  private:
   const Problem& problem_;
@@ -33,6 +42,7 @@ class LayerStack {
   Device& device_;
   MemorySpace& space_;
   bool output_is_kept_;
+  uint64_t dropout_seed_;
   std::vector<RawBuffer> outputs_;  // outputs_[i] = X_{i+1}
   std::vector<KeptTensors> kept_;
 };
