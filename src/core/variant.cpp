@@ -68,7 +68,8 @@ std::vector<KeptTensor> kept_per_layer(Variant variant, const Problem& p) {
     const int64_t elements = tensor.extent == Extent::scores ? p.score_elements()
                              : tensor.extent == Extent::rows ? p.row_elements()
                                                              : p.qkv_elements();
-    kept.push_back({tensor.name, elements, tensor.format == Format::storage ? element_bytes(p.dtype) : 4});
+    kept.push_back({tensor.name, elements, tensor.format == Format::storage ? element_bytes(p.dtype) : 4,
+                    tensor.extent == Extent::scores});
   }
   return kept;
 }
