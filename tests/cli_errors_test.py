@@ -41,6 +41,16 @@ def main():
         np.save(tmp / "nan.npy", nan)
         cases = [
             (["run", "--seq", "0"], 2, "--seq"),
+            (["model", "--cp", "0"], 2, "--cp 0"),
+            (["model", "--cp", "-2"], 2, "--cp -2"),
+            (["model", "--cp", "two"], 2, "--cp"),
+            (["model", "--cp", "3", "--seq", "1024"], 2, "multiple of 3"),
+            (["model", "--cp", "4", "--seq", "1028", "--causal"], 2, "multiple of 8"),
+            (["model", "--cp", "2", "--preset", "seed-002"], 2, "--cp"),
+            (["fit", "--cp", "0", "--budget", "1GiB"], 2, "--cp 0"),
+            (["fit", "--cp", "-1", "--budget", "1GiB"], 2, "--cp -1"),
+            (["fit", "--cp", "3", "--search", "batch", "--seq", "1000", "--budget", "1GiB"], 2, "multiple of 3"),
+            (["fit", "--cp", "2", "--verify", "--budget", "1GiB"], 2, "--cp"),
             (["run", "--seq", "-5"], 2, "--seq"),
             (["run", "--seq", "abc"], 2, "--seq"),
             (["run", "--seq", "99999999999"], 2, "--seq"),

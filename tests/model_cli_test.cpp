@@ -82,6 +82,41 @@ TEST(ModelCommand, JsonRowsPerVariant) {
   EXPECT_EQ(document["rows"][0]["memory"]["model"]["kept_bytes"], 3 * (4 * 1000 * 1000 * 2));  // 3 bf16 P's
 }
 
+// --cp 1 is the single-device model: the same document, byte for byte.
+TEST(ModelCommand, OneDeviceOfARingIsTheSingleDeviceModel) {
+  const std::string args = "model --seq 1000 --heads 4 --head-dim 64 --layers 3 --dtype bf16 --threads 2 --format json";
+  const CommandResult alone = flashbench(args);
+  const CommandResult ring = flashbench(args + " --cp 1");
+  ASSERT_EQ(alone.exit_code, 0);
+  EXPECT_EQ(ring.out, alone.out);
+  for (const auto& row : nlohmann::json::parse(alone.out)["rows"]) {
+    EXPECT_EQ(row["cp"], 1);
+    EXPECT_EQ(row["sent_bytes"]["stack"], 0);
+  }
+}
+
+// One device of four: N/4 rows, and the bytes it sends are X blocks and fp32 dK + dV sums.
+TEST(ModelCommand, RingRowsCarryTheSplitAndTheBytesSent) {
+  const CommandResult r = flashbench("model --backend cuda --cp 4 --causal --seq 4096 --heads 2 --head-dim 64 "
+                                     "--layers 3 --dtype bf16 --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const int64_t block = 1 * 2 * 1024 * 64;  // elements of one device's [B,H,N/4,d] block
+  for (const auto& row : nlohmann::json::parse(r.out)["rows"]) {
+    SCOPED_TRACE(row["variant"].get<std::string>());
+    EXPECT_EQ(row["cp"], 4);
+    EXPECT_EQ(row["local_seq"], 1024);
+    EXPECT_EQ(row["sent_bytes"]["forward_per_layer"], 3 * block * 2);  // three bf16 X blocks
+    const int64_t backward = 3 * block * 2 + 4 * block * 4 + (row["variant"] == "checkpoint" ? 3 * block * 2 : 0);
+    EXPECT_EQ(row["sent_bytes"]["backward_per_layer"], backward);
+    EXPECT_EQ(row["sent_bytes"]["stack"], 3 * (3 * block * 2 + backward));
+    EXPECT_EQ(row["per_layer"]["output_bytes"], block * 2);
+  }
+  const CommandResult table = flashbench("model --cp 4 --seq 4096 --heads 2");
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.out.find("split over 4 devices (ring, 1024 rows each), per device"), std::string::npos) << table.out;
+  EXPECT_FALSE(cells_of_line(table.out, "  sent in backward").empty()) << table.out;
+}
+
 // fit searches N by bisection over the closed-form model: it answers at once. The bound only
 // guards against a search that never ends; it is not a speed target (this machine may be loaded).
 TEST(FitCommand, AnswersWithoutSearchingForLong) {
@@ -96,6 +131,24 @@ TEST(FitCommand, AnswersWithoutSearchingForLong) {
     EXPECT_EQ(row["budget_bytes"].get<int64_t>(), int64_t{16} << 30);
     EXPECT_LE(row["model_peak_bytes"].get<int64_t>(), int64_t{16} << 30);
     EXPECT_GT(row["max_seq"].get<int64_t>(), 0);
+  }
+}
+
+TEST(FitCommand, RingSearchesMultiplesOfTheZigZagChunks) {
+  const CommandResult r = flashbench("fit --backend cuda --cp 4 --causal --budget 8GiB --heads 8 --head-dim 128 "
+                                     "--dtype bf16 --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const CommandResult one = flashbench("fit --backend cuda --causal --budget 8GiB --heads 8 --head-dim 128 --dtype bf16 "
+                                       "--format json");
+  const auto rows = nlohmann::json::parse(r.out)["rows"];
+  const auto single = nlohmann::json::parse(one.out)["rows"];
+  ASSERT_EQ(rows.size(), single.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SCOPED_TRACE(rows[i]["variant"].get<std::string>());
+    EXPECT_EQ(rows[i]["cp"], 4);
+    EXPECT_EQ(rows[i]["max_seq"].get<int64_t>() % 8, 0);
+    EXPECT_GT(rows[i]["max_seq"].get<int64_t>(), single[i]["max_seq"].get<int64_t>());
+    EXPECT_GT(rows[i]["sent_bytes"]["forward_per_layer"].get<int64_t>(), 0);
   }
 }
 

@@ -52,6 +52,12 @@ SCALED = {
     "flashbench model --preset seed-002": ["model", "--preset", "seed-002"],
     "flashbench fit --budget 16GiB --heads 32 --head-dim 128 --dtype fp16":
         ["fit", "--budget", "16GiB", "--heads", "32", "--head-dim", "128", "--dtype", "fp16"],
+    "flashbench model --backend cuda --cp 8 --causal --seq 1048576 --heads 32 --head-dim 128 --dtype bf16":
+        ["model", "--backend", "cuda", "--cp", "8", "--causal", "--seq", "1048576", "--heads", "32", "--head-dim",
+         "128", "--dtype", "bf16"],
+    "flashbench fit --backend cuda --cp 8 --causal --budget 141GB --heads 32 --head-dim 128 --dtype bf16 --layers 32":
+        ["fit", "--backend", "cuda", "--cp", "8", "--causal", "--budget", "141GB", "--heads", "32", "--head-dim", "128",
+         "--dtype", "bf16", "--layers", "32"],
     "flashbench grad --variant v2 --causal --q q.npy --k k.npy --v v.npy --do do.npy --out grads/":
         ["grad", "--variant", "v2", "--causal", "--q", "{tmp}/q.npy", "--k", "{tmp}/k.npy", "--v", "{tmp}/v.npy",
          "--do", "{tmp}/do.npy", "--out", "{tmp}/grads"],

@@ -70,6 +70,55 @@ LayerMemory layer_memory(const Problem& problem, Variant variant, const LayerCos
 ModelledMemory model_memory(const Problem& problem, Variant variant, const LayerCosts& costs,
                             const ModelParams& params);
 
+// ---- context parallelism: one stack split over P devices along N (ring attention) ----
+//
+// The schedule each of the P devices runs (docs/memory.md derives it term by term). With
+// n = N/P local rows, every device holds n queries and, since Q = K = V = X here (self-attention
+// with identity projections), n keys and values: its local block of X. A ring step is one call of the
+// implementation on an [n queries × n keys] block, so its workspace is the implementation's own for
+// the local problem (seq = n). What travels around the ring is X itself: one [B,H,n,d] block in the
+// storage dtype per step (K and V are the same tensor), and in backward beside it the partial sum
+// dK + dV of that block (fp32, [B,H,n,d]), which ends at the block's owner. Causal runs use the
+// zig-zag split (each device holds chunks i and 2P-1-i of 2P), which balances the unmasked pairs
+// and changes neither the bytes held nor the bytes sent. With P = 1 every ring term is 0 and the
+// model is model_memory's.
+struct RingBytes {
+  // Held on one device beyond the single-device schedule of the local problem. [bytes]
+  int64_t forward_ring_bytes = 0;   // X blocks in flight, min(2, P-1), and the merge of the
+                                    // blocks' partial outputs (fp32 O and LSE, one block's O and LSE)
+  int64_t backward_ring_bytes = 0;  // min(2, P-1) X blocks, two dK+dV accumulators (the one worked
+                                    // on and the one arriving) and the fp32 dQ accumulator
+  int64_t recompute_rows_bytes = 0; // checkpoint: its recomputed P spans all N keys [B,H,n,N], not n
+  // Sent by one device per layer (each device sends as much as it receives). [bytes]
+  int64_t forward_sent_bytes = 0;   // (P-1) X blocks
+  int64_t backward_sent_bytes = 0;  // (P-1) X blocks and P dK+dV blocks (checkpoint: and its
+                                    // recomputed forward's P-1 X blocks)
+};
+
+struct ContextParallelModel {
+  int64_t ranks = 1;             // P
+  Problem local;                 // the problem with seq = N/P
+  LayerMemory layer;             // one device's, ring terms included in the workspace
+  ModelledMemory per_device;     // the peak of one device
+  RingBytes ring;
+  int64_t stack_sent_bytes = 0;  // L × (forward + backward) sent by one device [bytes]
+};
+
+// Throws UsageError for P < 1, or N not a multiple of P (of 2P when causal and P > 1: the zig-zag
+// split's chunks).
+void validate_context_parallel(const Problem& problem, int64_t ranks);
+Problem local_problem(const Problem& problem, int64_t ranks);  // seq = N/P
+// The ring terms alone, for `problem` split over `ranks` devices.
+RingBytes ring_bytes(const Problem& problem, int64_t ranks, Variant variant);
+// How N's rows are dealt: P contiguous chunks, or the zig-zag split (chunks i and 2P-1-i of 2P).
+enum class SeqSplit { contiguous, zigzag };
+// The query-key pairs the causal mask leaves to device `rank` (0..ranks-1), per head: its work.
+// Under the zig-zag split every device gets N(N+1)/(2P); contiguous, the last gets 2P-1 times the first's.
+int64_t causal_pairs(int64_t seq, int64_t ranks, int64_t rank, SeqSplit split);
+// `local_costs` and `local_params` are the implementation's and the device's for local_problem().
+ContextParallelModel model_context_parallel(const Problem& problem, int64_t ranks, Variant variant,
+                                            const LayerCosts& local_costs, const ModelParams& local_params);
+
 // An implementation's model on one device, as a function of the problem: what `fit` searches and
 // the presets' "flashbench" column evaluate.
 struct ModelSource {
@@ -109,8 +158,9 @@ struct FitResult {
 
 // Binary search over the axis (the modelled peak grows with N and with B); `problem` supplies
 // every other axis. O(L·log N).
+// With seq_step > 1 only multiples of it are candidates for N (context parallelism splits N).
 FitResult fit_in_budget(const ModelSource& model, const Problem& problem, Variant variant, FitAxis axis,
-                        int64_t budget_bytes);
+                        int64_t budget_bytes, int64_t seq_step = 1);
 
 // ---- presets: the seed documents' memory figures, as published and recomputed ----
 

@@ -26,6 +26,8 @@ struct KeptTensor {
   std::string_view name;  // "P", "S", "m", "l", "O", "LSE"
   int64_t elements;
   int element_bytes;      // [bytes]
+  bool spans_keys = false; // an [B,H,N,N] tensor: its last axis runs over all N keys, so a device
+                           // that holds N/P queries of a split sequence still keeps N columns
   int64_t bytes() const { return elements * element_bytes; }
 };
 

@@ -35,6 +35,7 @@ struct FitOptions {
   std::string backend = "cpu";
   bool verify = false;
   std::string format = "table";
+  int64_t context_parallel = 1;  // P devices of a ring (--cp); the budget is one device's
 };
 
 // What running the fitted point on the CPU showed.
@@ -83,14 +84,20 @@ int run_fit(const FitOptions& options) {
   Problem problem = options.problem;
   problem.dtype = parse_dtype(options.dtype);
   validate(problem);
+  const int64_t ranks = options.context_parallel;
+  if (ranks < 1) throw UsageError(fmt::format("--cp {}: the number of devices must be at least 1", ranks));
+  if (ranks > 1 && axis == FitAxis::batch) validate_context_parallel(problem, ranks);
+  if (ranks > 1 && options.verify) throw UsageError("--verify runs one device; it cannot run a --cp split");
+  // N is searched over the multiples the split needs: P chunks, or 2P for the causal zig-zag.
+  const int64_t seq_step = ranks > 1 && problem.causal ? 2 * ranks : ranks;
   const DeviceEntry& entry = registry().device(options.backend);
-  const ModelSource model = model_source(entry, DeviceOptions{.threads = options.threads});
+  const ModelSource model = model_source(entry, DeviceOptions{.threads = options.threads}, ranks);
   const int threads = model.threads;
 
   const auto start = std::chrono::steady_clock::now();
   std::vector<FitResult> results;
   for (Variant variant : parse_variant_list(options.variants, "--variant"))
-    results.push_back(fit_in_budget(model, problem, variant, axis, budget));
+    results.push_back(fit_in_budget(model, problem, variant, axis, budget, seq_step));
   const double search_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
@@ -118,6 +125,15 @@ int run_fit(const FitOptions& options) {
       row["budget_bytes"] = result.budget_bytes;
       row["model_peak_bytes"] = result.model_peak_bytes;
       row["at_axis_limit"] = result.at_axis_limit;
+      row["cp"] = ranks;
+      if (result.max_value > 0) {
+        Problem point = problem;
+        (axis == FitAxis::seq ? point.seq : point.batch) = result.max_value;
+        const RingBytes ring = ring_bytes(point, ranks, result.variant);
+        row["sent_bytes"] = {{"forward_per_layer", ring.forward_sent_bytes},
+                             {"backward_per_layer", ring.backward_sent_bytes},
+                             {"stack", point.layers * (ring.forward_sent_bytes + ring.backward_sent_bytes)}};
+      }
       if (standard_max) row["ratio_to_standard"] = double(result.max_value) / double(*standard_max);
       if (verifications[i]) {
         row["verify"]["status"] = verifications[i]->status;
@@ -146,12 +162,16 @@ int run_fit(const FitOptions& options) {
                                 ? fmt::format("B={} H={} d={} L={}", problem.batch, problem.heads, problem.head_dim, problem.layers)
                                 : fmt::format("H={} N={} d={} L={}", problem.heads, problem.seq, problem.head_dim, problem.layers);
   const std::string workload = problem.workload();
-  std::cout << fmt::format("largest {} within {} ({} bytes), {} model: {}{}{}{} {}, {} threads ({:.1f} ms)\n\n",
-                           axis == FitAxis::seq ? "N" : "B", format_bytes(budget), budget, entry.name, fixed,
-                           workload.empty() ? "" : " ", workload, problem.causal ? " causal" : "",
+  std::cout << fmt::format("largest {} within {} ({} bytes){}, {} model: {}{}{}{} {}, {} threads ({:.1f} ms)\n\n",
+                           axis == FitAxis::seq ? "N" : "B", format_bytes(budget), budget,
+                           ranks > 1 ? fmt::format(" per device, {} devices in a ring{}", ranks,
+                                                   problem.causal ? " (zig-zag)" : "")
+                                     : "",
+                           entry.name, fixed, workload.empty() ? "" : " ", workload, problem.causal ? " causal" : "",
                            to_string(problem.dtype), threads, search_ms);
   std::vector<std::string> header = {"variant", axis == FitAxis::seq ? "max N" : "max B", "model peak",
                                      "vs standard"};
+  if (ranks > 1) header.insert(header.end(), {"sent fwd/layer", "sent bwd/layer"});
   if (options.verify) header.insert(header.end(), {"measured peak", "verify"});
   std::vector<std::vector<std::string>> lines = {header};
   for (size_t i = 0; i < results.size(); ++i) {
@@ -161,6 +181,16 @@ int run_fit(const FitOptions& options) {
         result.max_value == 0 ? "none" : fmt::format("{}{}", result.max_value, result.at_axis_limit ? " (limit)" : ""),
         result.max_value == 0 ? "-" : format_bytes(result.model_peak_bytes),
         standard_max ? fmt::format("{:.2f}x", double(result.max_value) / double(*standard_max)) : "-"};
+    if (ranks > 1) {
+      if (result.max_value > 0) {
+        Problem point = problem;
+        (axis == FitAxis::seq ? point.seq : point.batch) = result.max_value;
+        const RingBytes ring = ring_bytes(point, ranks, result.variant);
+        line.insert(line.end(), {format_bytes(ring.forward_sent_bytes), format_bytes(ring.backward_sent_bytes)});
+      } else {
+        line.insert(line.end(), {"-", "-"});
+      }
+    }
     if (options.verify) {
       const auto& verification = verifications[i];
       line.push_back(verification && verification->measured_peak_bytes ? format_bytes(*verification->measured_peak_bytes)
@@ -202,6 +232,10 @@ void register_fit(CLI::App& app) {
   sub->add_option("--dtype", options->dtype, "Storage dtype: fp32, bf16, fp16")->capture_default_str();
   sub->add_option("--threads", options->threads, "CPU threads the workspace is sized for (default: all cores)");
   sub->add_option("--backend,--device", options->backend, "Whose model: cpu or cuda (no GPU needed)")
+      ->capture_default_str();
+  sub->add_option("--cp", options->context_parallel,
+                  "Context parallelism: N split over this many devices of --budget each (ring attention; causal: "
+                  "zig-zag); N is searched over multiples of P (2P when causal)")
       ->capture_default_str();
   sub->add_flag("--verify", options->verify,
                 "Run each variant's largest fitting point on the backend (one sample) and show its measured peak");

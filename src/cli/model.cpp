@@ -31,6 +31,7 @@ struct ModelOptions {
   std::string backend = "cpu";
   std::string preset;
   std::string format = "table";
+  int64_t context_parallel = 1;  // P devices of a ring (--cp)
 };
 
 
@@ -65,23 +66,41 @@ void print_table(std::ostream& out, const std::vector<std::vector<std::string>>&
 struct VariantModel {
   Variant variant;
   LayerMemory layer;
-  ModelledMemory stack;
+  ModelledMemory stack;  // one device's, with --cp
+  RingBytes ring;        // zero without --cp
   Row described;  // what a row of this implementation records of it and its device (tiles, threads)
 };
+
+// The most causal query-key pairs one device of `ranks` gets under `split`, per head.
+int64_t busiest_causal_pairs(const Problem& problem, int64_t ranks, SeqSplit split) {
+  int64_t most = 0;
+  for (int64_t rank = 0; rank < ranks; ++rank) most = std::max(most, causal_pairs(problem.seq, ranks, rank, split));
+  return most;
+}
 
 int print_model(const ModelOptions& options) {
   Problem problem = options.problem;
   problem.dtype = parse_dtype(options.dtype);
   validate(problem);
+  const int64_t ranks = options.context_parallel;
+  // One device of P holds the local problem (seq = N/P); its implementation sizes its workspace for it.
+  const Problem local = local_problem(problem, ranks);
   const DeviceEntry& device = registry().device(options.backend);
-  const ModelParams params = device.offline_params(problem, DeviceOptions{.threads = options.threads});
+  const ModelParams params = device.offline_params(local, DeviceOptions{.threads = options.threads});
   const int threads = params.threads;
   std::vector<VariantModel> models;
   for (const auto& implementation :
        select_implementations(device, variant_names(parse_variant_list(options.variants, "--variant")))) {
     const Variant variant = implementation->variant();
-    const LayerCosts costs = implementation->costs(problem, params);
-    VariantModel m{variant, layer_memory(problem, variant, costs, params), model_memory(problem, variant, costs, params), {}};
+    const LayerCosts costs = implementation->costs(local, params);
+    VariantModel m{variant, layer_memory(problem, variant, costs, params), model_memory(problem, variant, costs, params),
+                   {}, {}};
+    if (ranks > 1) {
+      const ContextParallelModel split = model_context_parallel(problem, ranks, variant, costs, params);
+      m.layer = split.layer;
+      m.stack = split.per_device;
+      m.ring = split.ring;
+    }
     implementation->annotate(m.described);
     models.push_back(m);
   }
@@ -99,6 +118,18 @@ int print_model(const ModelOptions& options) {
         if (m.described.diagonal_block > 0) row["tiling"]["diagonal_block"] = m.described.diagonal_block;
       }
       row["input_sets"] = params.input_sets;
+      // Context parallelism: what follows is one device's of `cp`, holding N/cp rows.
+      row["cp"] = ranks;
+      row["local_seq"] = local.seq;
+      row["sent_bytes"] = {{"forward_per_layer", m.ring.forward_sent_bytes},
+                           {"backward_per_layer", m.ring.backward_sent_bytes},
+                           {"stack", problem.layers * (m.ring.forward_sent_bytes + m.ring.backward_sent_bytes)}};
+      row["ring_bytes"] = {{"forward", m.ring.forward_ring_bytes},
+                           {"backward", m.ring.backward_ring_bytes},
+                           {"recompute_rows", m.ring.recompute_rows_bytes}};
+      if (problem.causal)
+        row["causal_pairs_per_head"] = {{"zigzag_busiest", busiest_causal_pairs(problem, ranks, SeqSplit::zigzag)},
+                                        {"contiguous_busiest", busiest_causal_pairs(problem, ranks, SeqSplit::contiguous)}};
       row["per_layer"] = {{"output_bytes", m.layer.output_bytes},
                           {"kept_bytes", m.layer.kept_bytes},
                           {"held_bytes", m.layer.held_bytes},
@@ -117,15 +148,25 @@ int print_model(const ModelOptions& options) {
   }
 
   const Row& tiles = models.front().described;
-  std::cout << fmt::format("memory model, {}: {}{}{}; input {} (X0, dO{}){}\n\n", device.name,
-                           problem.describe(), threads > 0 ? fmt::format(", {} threads", threads) : "",
+  std::cout << fmt::format("memory model, {}: {}{}{}{}; input {} (X0, dO{}){}\n\n", device.name,
+                           problem.describe(),
+                           ranks > 1 ? fmt::format(", split over {} devices (ring, {} rows each{}), per device", ranks,
+                                                   local.seq, problem.causal ? ", zig-zag" : "")
+                                     : "", threads > 0 ? fmt::format(", {} threads", threads) : "",
                            tiles.row_block > 0 ? fmt::format(", tiles {}x{} (Br x Bc)", tiles.row_block, tiles.col_block)
                                                : "",
-                           format_bytes(params.input_sets * input_bytes(problem)),
+                           format_bytes(params.input_sets * input_bytes(local)),
                            params.input_sets > 1 ? fmt::format(", {} sets rotated", params.input_sets) : "",
                            params.persistent_workspace_bytes > 0
                                ? fmt::format("; library workspace {}", format_bytes(params.persistent_workspace_bytes))
                                : "");
+  if (ranks > 1 && problem.causal) {
+    const double zigzag = double(busiest_causal_pairs(problem, ranks, SeqSplit::zigzag));
+    const double contiguous = double(busiest_causal_pairs(problem, ranks, SeqSplit::contiguous));
+    const double mean = double(causal_pairs(problem.seq, 1, 0, SeqSplit::contiguous)) / double(ranks);
+    std::cout << fmt::format("causal work of the busiest device / the mean: zig-zag {:.3f}, a contiguous split {:.3f}\n\n",
+                             zigzag / mean, contiguous / mean);
+  }
   std::vector<std::vector<std::string>> lines;
   std::vector<std::string> header = {"per layer"};
   for (const VariantModel& m : models) header.emplace_back(to_string(m.variant));
@@ -141,6 +182,15 @@ int print_model(const ModelOptions& options) {
   add("  forward workspace", [](const VariantModel& m) { return format_bytes(m.layer.forward_workspace_bytes); });
   add("  backward workspace", [](const VariantModel& m) { return format_bytes(m.layer.backward_workspace_bytes); });
   add("  gradients in backward", [](const VariantModel& m) { return format_bytes(m.layer.grad_bytes); });
+  if (ranks > 1) {
+    lines.push_back({fmt::format("ring of {} devices, per device and layer", ranks)});
+    add("  in forward workspace", [](const VariantModel& m) { return format_bytes(m.ring.forward_ring_bytes); });
+    add("  in backward workspace", [](const VariantModel& m) {
+      return format_bytes(m.ring.backward_ring_bytes + m.ring.recompute_rows_bytes);
+    });
+    add("  sent in forward", [](const VariantModel& m) { return format_bytes(m.ring.forward_sent_bytes); });
+    add("  sent in backward", [](const VariantModel& m) { return format_bytes(m.ring.backward_sent_bytes); });
+  }
   lines.push_back({fmt::format("stack of {} layer{}", problem.layers, problem.layers == 1 ? "" : "s")});
   add("  peak", [](const VariantModel& m) { return format_bytes(m.stack.peak_bytes); });
   add("  peak phase", [](const VariantModel& m) { return std::string(to_string(m.stack.peak_phase)); });
@@ -148,6 +198,10 @@ int print_model(const ModelOptions& options) {
     add(fmt::format("    {} at peak", to_string(tag)),
         [tag](const VariantModel& m) { return format_bytes(m.stack.by_tag[tag]); });
   add("  kept after forward", [](const VariantModel& m) { return format_bytes(m.stack.kept_bytes); });
+  if (ranks > 1)
+    add("  sent, forward + backward", [&problem](const VariantModel& m) {
+      return format_bytes(problem.layers * (m.ring.forward_sent_bytes + m.ring.backward_sent_bytes));
+    });
   const VariantModel* standard = nullptr;
   for (const VariantModel& m : models)
     if (m.variant == Variant::standard) standard = &m;
@@ -259,11 +313,17 @@ void register_model(CLI::App& app) {
   sub->add_option("--threads", options->threads, "CPU threads the workspace is sized for (default: all cores)");
   sub->add_option("--backend,--device", options->backend,
                   "Whose implementations to model: cpu or cuda (no GPU needed)")->capture_default_str();
+  sub->add_option("--cp", options->context_parallel,
+                  "Context parallelism: N split over this many devices (ring attention; causal: zig-zag); the "
+                  "model is one device's, with the bytes each sends per layer")
+      ->capture_default_str();
   sub->add_option("--preset", options->preset, "A document's figures: seed-002, seed-000, seed-003 or korthikanti");
   sub->add_option("--format", options->format, "table or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "json"}));
   set_action(sub, [options](const std::vector<std::string>&) {
+    if (!options->preset.empty() && options->context_parallel != 1)
+      throw UsageError("--cp models one configuration; a --preset reproduces a document's single-device figures");
     return options->preset.empty() ? print_model(*options) : print_preset(*options);
   });
 }

@@ -84,7 +84,7 @@ std::vector<KeptTensor> kept_per_layer(Variant variant, const Problem& p) {
                              : tensor.extent == Extent::expanded_kv ? p.expanded_kv_elements()
                                                                     : p.qkv_elements();
     const int bytes = tensor.format == Format::storage ? element_bytes(p.dtype) : tensor.format == Format::fp32 ? 4 : 1;
-    kept.push_back({tensor.name, elements, bytes});
+    kept.push_back({tensor.name, elements, bytes, tensor.extent == Extent::scores});
   };
   const VariantSpec& spec = spec_of(variant);
   for (const KeptSpec& tensor : spec.keeps) add(tensor);

@@ -41,11 +41,23 @@ std::vector<std::unique_ptr<Implementation>> select_implementations(const Device
   return chosen;
 }
 
-ModelSource model_source(const DeviceEntry& device, const DeviceOptions& options) {
+ModelSource model_source(const DeviceEntry& device, const DeviceOptions& options, int64_t context_parallel) {
   auto costs_of = [&device](const Problem& problem, Variant variant, const ModelParams& params) {
     return select_implementations(device, {std::string(to_string(variant))}).front()->costs(problem, params);
   };
   ModelSource source;
+  if (context_parallel > 1) {
+    // The implementation and the device see one ring step: the local problem (seq = N/P).
+    auto split = [&device, options, costs_of, context_parallel](const Problem& problem, Variant variant) {
+      const Problem local = local_problem(problem, context_parallel);
+      const ModelParams params = device.offline_params(local, options);
+      return model_context_parallel(problem, context_parallel, variant, costs_of(local, variant, params), params);
+    };
+    source.layer = [split](const Problem& problem, Variant variant) { return split(problem, variant).layer; };
+    source.stack = [split](const Problem& problem, Variant variant) { return split(problem, variant).per_device; };
+    source.threads = device.offline_params(Problem{}, options).threads;
+    return source;
+  }
   source.layer = [&device, options, costs_of](const Problem& problem, Variant variant) {
     const ModelParams params = device.offline_params(problem, options);
     return layer_memory(problem, variant, costs_of(problem, variant, params), params);

@@ -38,9 +38,12 @@ LayerMemory layer_memory(const Problem& problem, Variant variant, const LayerCos
   return layer;
 }
 
-ModelledMemory model_memory(const Problem& problem, Variant variant, const LayerCosts& costs,
-                            const ModelParams& params) {
-  const LayerMemory layer = layer_memory(problem, variant, costs, params);
+namespace {
+
+// The stack's schedule for per-layer bytes `layer` of `problem` (on one device of a split sequence,
+// the local problem).
+ModelledMemory model_stack(const Problem& problem, Variant variant, const LayerMemory& layer,
+                           const ModelParams& params) {
   const bool output_is_kept = keeps_layer_output(variant);
   const Tag output_tag = output_is_kept ? Tag::kept : Tag::activation;
   const int64_t kept_beyond_output = layer.kept_bytes - (output_is_kept ? layer.output_bytes : 0);
@@ -88,6 +91,103 @@ ModelledMemory model_memory(const Problem& problem, Variant variant, const Layer
   return model;
 }
 
+}  // namespace
+
+ModelledMemory model_memory(const Problem& problem, Variant variant, const LayerCosts& costs,
+                            const ModelParams& params) {
+  return model_stack(problem, variant, layer_memory(problem, variant, costs, params), params);
+}
+
+void validate_context_parallel(const Problem& problem, int64_t ranks) {
+  if (ranks < 1) throw UsageError(fmt::format("--cp {}: the number of devices must be at least 1", ranks));
+  if (ranks == 1) return;
+  // The ring is modelled for square self-attention (X travels as K and V); the other workloads
+  // (a separate context, GQA, dropout) change what travels and are not modelled yet.
+  if (problem.key_heads() != problem.heads || problem.key_seq() != problem.seq || problem.dropout > 0 ||
+      problem.expand_kv)
+    throw UsageError(fmt::format("--cp {}: the ring is modelled for self-attention without dropout (G = H, N_k = N, "
+                                 "p = 0)",
+                                 ranks));
+  // Causal: the zig-zag split cuts N into 2P chunks and gives device i chunks i and 2P-1-i.
+  const int64_t chunks = problem.causal ? 2 * ranks : ranks;
+  if (problem.seq % chunks != 0)
+    throw UsageError(fmt::format("--cp {}: N = {} must be a multiple of {} ({}{} chunks of equal length)", ranks,
+                                 problem.seq, chunks, problem.causal ? "the zig-zag split's 2P = " : "P = ", chunks));
+}
+
+Problem local_problem(const Problem& problem, int64_t ranks) {
+  validate_context_parallel(problem, ranks);
+  Problem local = problem;
+  local.seq = problem.seq / ranks;
+  return local;
+}
+
+int64_t causal_pairs(int64_t seq, int64_t ranks, int64_t rank, SeqSplit split) {
+  // Row q attends keys 0..q: rows [a, b) hold sum (q + 1) = (b(b+1) - a(a+1)) / 2 pairs.
+  auto rows_pairs = [](int64_t a, int64_t b) { return (b * (b + 1) - a * (a + 1)) / 2; };
+  if (split == SeqSplit::contiguous) {
+    const int64_t n = seq / ranks;
+    return rows_pairs(rank * n, (rank + 1) * n);
+  }
+  const int64_t chunk = seq / (2 * ranks);
+  const int64_t mirrored = 2 * ranks - 1 - rank;
+  return rows_pairs(rank * chunk, (rank + 1) * chunk) + rows_pairs(mirrored * chunk, (mirrored + 1) * chunk);
+}
+
+RingBytes ring_bytes(const Problem& problem, int64_t ranks, Variant variant) {
+  const Problem local = local_problem(problem, ranks);
+  RingBytes ring;
+  if (ranks == 1) return ring;  // nothing to receive, nothing to merge
+  const int64_t block = local.qkv_elements() * element_bytes(local.dtype);  // one X block [B,H,n,d]
+  const int64_t block_fp32 = local.qkv_elements() * 4;                      // [B,H,n,d] in fp32
+  const int64_t rows_fp32 = local.row_elements() * 4;                       // [B,H,n] in fp32
+  // Step s computes on the block received at step s-1 (its own X at s = 0) while the next one
+  // arrives: two buffers, one when P = 2 (step 0 works on its own X, step 1 receives nothing).
+  const int64_t blocks_in_flight = std::min<int64_t>(2, ranks - 1) * block;
+  // Forward merges each step's partial result (O_j in the storage dtype, LSE_j) into the running
+  // fp32 O and LSE, rescaled by the new LSE (the online softmax across blocks).
+  ring.forward_ring_bytes = blocks_in_flight + (block + rows_fp32) + (block_fp32 + rows_fp32);
+  // Backward: the block worked on travels with its dK + dV partial sum; the next pair arrives while
+  // this one is computed, and the local queries' dQ is summed over all steps in fp32.
+  ring.backward_ring_bytes = blocks_in_flight + 2 * block_fp32 + block_fp32;
+  if (variant == Variant::checkpoint) {
+    // Re-running the standard forward rebuilds P for n rows and all N keys; the step call's own
+    // workspace (local costs) holds an [n, n] block of it, the rest is this.
+    int64_t standard_p_local = 0;
+    for (const KeptTensor& t : kept_per_layer(Variant::standard, local)) standard_p_local += t.bytes();
+    ring.recompute_rows_bytes = (ranks - 1) * standard_p_local;
+  }
+  ring.forward_sent_bytes = (ranks - 1) * block;
+  // X blocks P-1 times; the dK + dV sums P times, the last send bringing each home.
+  ring.backward_sent_bytes = (ranks - 1) * block + ranks * block_fp32;
+  if (variant == Variant::checkpoint) ring.backward_sent_bytes += ring.forward_sent_bytes;  // its recomputed forward
+  return ring;
+}
+
+ContextParallelModel model_context_parallel(const Problem& problem, int64_t ranks, Variant variant,
+                                            const LayerCosts& local_costs, const ModelParams& local_params) {
+  ContextParallelModel model;
+  model.ranks = ranks;
+  model.local = local_problem(problem, ranks);
+  model.ring = ring_bytes(problem, ranks, variant);
+  LayerMemory& layer = model.layer;
+  layer = layer_memory(model.local, variant, local_costs, local_params);
+  // Kept tensors over keys keep all N columns for the n local rows.
+  layer.kept_bytes = 0;
+  for (const KeptTensor& t : kept_per_layer(variant, model.local)) layer.kept_bytes += t.bytes() * (t.spans_keys ? ranks : 1);
+  layer.held_bytes = layer.kept_bytes + (keeps_layer_output(variant) ? 0 : layer.output_bytes);
+  layer.forward_workspace_bytes += model.ring.forward_ring_bytes;
+  // Checkpoint's backward first re-runs the ring forward (its merge state alive), then the ring
+  // backward; the recomputed rows of P live through both.
+  const int64_t backward_ring = variant == Variant::checkpoint
+                                    ? std::max(model.ring.forward_ring_bytes, model.ring.backward_ring_bytes)
+                                    : model.ring.backward_ring_bytes;
+  layer.backward_workspace_bytes += model.ring.recompute_rows_bytes + backward_ring;
+  model.per_device = model_stack(model.local, variant, layer, local_params);
+  model.stack_sent_bytes = problem.layers * (model.ring.forward_sent_bytes + model.ring.backward_sent_bytes);
+  return model;
+}
+
 std::optional<std::string> does_not_fit(int64_t model_peak_bytes, int64_t limit_bytes) {
   if (model_peak_bytes <= limit_bytes) return std::nullopt;
   return fmt::format("needs {}, {} available", format_bytes(model_peak_bytes), format_bytes(limit_bytes));
@@ -115,22 +215,24 @@ bool fits(const ModelSource& model, const Problem& problem, Variant variant, int
 }  // namespace
 
 FitResult fit_in_budget(const ModelSource& model, const Problem& problem, Variant variant, FitAxis axis,
-                        int64_t budget_bytes) {
+                        int64_t budget_bytes, int64_t seq_step) {
   FitResult result;
   result.variant = variant;
   result.axis = axis;
   result.budget_bytes = budget_bytes;
 
-  const int64_t axis_limit = axis == FitAxis::seq ? kMaxSeq : kMaxBatchOrHeads;
-  auto with_size = [&](int64_t size) {
+  // The search runs over units of `step`: N = units · step.
+  const int64_t step = axis == FitAxis::seq ? std::max<int64_t>(seq_step, 1) : 1;
+  const int64_t unit_limit = (axis == FitAxis::seq ? kMaxSeq : kMaxBatchOrHeads) / step;
+  auto with_size = [&](int64_t units) {
     Problem candidate = problem;
-    (axis == FitAxis::seq ? candidate.seq : candidate.batch) = size;
+    (axis == FitAxis::seq ? candidate.seq : candidate.batch) = units * step;
     return candidate;
   };
 
   // Invariant: `low` fits (or is 0), `high + 1` does not fit (or is past the axis limit).
   int64_t low = 0;
-  int64_t high = axis_limit;
+  int64_t high = unit_limit;
   while (low < high) {
     const int64_t middle = low + (high - low + 1) / 2;
     if (fits(model, with_size(middle), variant, budget_bytes, nullptr))
@@ -138,8 +240,8 @@ FitResult fit_in_budget(const ModelSource& model, const Problem& problem, Varian
     else
       high = middle - 1;
   }
-  result.max_value = low;
-  result.at_axis_limit = low == axis_limit;
+  result.max_value = low * step;
+  result.at_axis_limit = low == unit_limit;
   if (low > 0) fits(model, with_size(low), variant, budget_bytes, &result.model_peak_bytes);
   return result;
 }

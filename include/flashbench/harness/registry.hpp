@@ -54,7 +54,8 @@ const Registry& registry();
 std::vector<std::unique_ptr<Implementation>> select_implementations(const DeviceEntry& device,
                                                                     const std::vector<std::string>& names);
 
-// The model of a device's default implementations, for `model`, `fit` and the presets.
-ModelSource model_source(const DeviceEntry& device, const DeviceOptions& options);
+// The model of a device's default implementations, for `model`, `fit` and the presets; with
+// context_parallel = P > 1, one device's of P under ring attention (model_context_parallel).
+ModelSource model_source(const DeviceEntry& device, const DeviceOptions& options, int64_t context_parallel = 1);
 
 }  // namespace flashbench
