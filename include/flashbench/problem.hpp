@@ -34,7 +34,12 @@ struct Problem {
   double backward_flop() const;
 
   std::string describe() const;  // "B=1 H=8 N=4096 d=64 L=1 causal fp32"
+
+  // A conservative size of the largest term of any variant's memory, in double: below
+  // kMaxProblemBytes every byte count of the problem fits int64, with room for workspace terms. [bytes]
+  double rough_upper_bound_bytes() const;
 };
+inline constexpr double kMaxProblemBytes = 4.0e18;
 
 // Largest sizes the tool accepts; beyond these a size is a typo, not a benchmark.
 inline constexpr int64_t kMaxHeadDim = 256;
@@ -42,7 +47,8 @@ inline constexpr int64_t kMaxSeq = int64_t{1} << 24;
 inline constexpr int64_t kMaxBatchOrHeads = int64_t{1} << 16;
 inline constexpr int64_t kMaxLayers = 4096;
 
-// Throws UsageError naming the first axis out of range.
+// Throws UsageError naming the first axis out of range, or saying the problem is too large when its
+// axes are each in range but its tensors are past what 64-bit byte counts hold.
 void validate(const Problem& problem);
 
 }  // namespace flashbench

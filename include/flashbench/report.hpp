@@ -49,6 +49,9 @@ struct ResultsFile {
   std::vector<Row> rows;
 };
 ResultsFile read_results_file(const std::string& path);  // throws RuntimeFailure / UsageError
+// The same from the file's text: `lines` for the .jsonl form; `path` names it in errors. A
+// schema_version other than kSchemaVersion is a UsageError.
+ResultsFile parse_results(std::string_view text, bool lines, std::string_view path);
 
 class Reporter {
  public:
@@ -73,5 +76,9 @@ inline constexpr std::string_view kReportFormats = "table, json, jsonl, csv, md"
 // Writes `contents` to a temporary file next to `path`, then renames it over `path`, so a reader
 // never sees half a file. Throws RuntimeFailure and leaves nothing behind on error.
 void write_file_atomically(const std::string& path, const std::string& contents);
+// Fails before any work where write_file_atomically(path) would fail at the end of it: a directory
+// (UsageError), a folder that is missing or refuses a new file (RuntimeFailure). A pipe or a device
+// passes (it is opened when written).
+void check_writable(const std::string& path);
 
 }  // namespace flashbench

@@ -35,6 +35,11 @@ double Problem::forward_flop() const {
 
 double Problem::backward_flop() const { return 2.5 * forward_flop(); }
 
+double Problem::rough_upper_bound_bytes() const {
+  const double per_layer = double(batch) * double(heads) * double(seq) * (double(seq) + double(head_dim) + 8.0) * 8.0;
+  return per_layer * (double(layers) + 3.0);
+}
+
 std::string Problem::describe() const {
   return fmt::format("B={} H={} N={} d={} L={}{} {}", batch, heads, seq, head_dim, layers,
                      causal ? " causal" : "", to_string(dtype));
@@ -54,6 +59,9 @@ void validate(const Problem& problem) {
   check_axis("--seq", problem.seq, kMaxSeq);
   check_axis("--head-dim", problem.head_dim, kMaxHeadDim);
   check_axis("--layers", problem.layers, kMaxLayers);
+  if (problem.rough_upper_bound_bytes() > kMaxProblemBytes)
+    throw UsageError(fmt::format("{} is too large: its tensors would hold about {:.2g} bytes, more than 64-bit "
+                                 "counts allow", problem.describe(), problem.rough_upper_bound_bytes()));
 }
 
 }  // namespace flashbench

@@ -90,6 +90,8 @@ std::vector<int64_t> int_axis(const json& value, std::string_view key) {
       if (!item.is_number_integer() || item.get<int64_t>() <= 0) bad_token(key, item.dump(), "must be a positive integer");
       values.push_back(item.get<int64_t>());
     }
+    if (values.size() > kMaxListLength)
+      throw UsageError(fmt::format("{}: gives {} values, more than {}", key, values.size(), kMaxListLength));
     return values;
   }
   throw UsageError(fmt::format("{}: expected an integer, a list of integers or a range string, got {}", key, value.dump()));
@@ -215,6 +217,15 @@ std::vector<std::string> parse_name_list(std::string_view text, std::string_view
 }  // namespace
 
 std::vector<Problem> expand(const SweepSpec& spec) {
+  // Counted before anything is built: seven axes of 4096 values would be 2^84 problems.
+  uint64_t count = 1;
+  for (size_t size : {spec.dtype.size(), spec.causal.size(), spec.batch.size(), spec.heads.size(),
+                      spec.head_dim.size(), spec.layers.size(), spec.seq.size()}) {
+    count *= size;
+    if (count > kMaxConfigurations)
+      throw UsageError(fmt::format("the sweep has more than {} configurations (the product of its axes)",
+                                   kMaxConfigurations));
+  }
   std::vector<Problem> problems;
   for (Dtype dtype : spec.dtype)
     for (bool causal : spec.causal)

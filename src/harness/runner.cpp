@@ -1,6 +1,7 @@
 #include "flashbench/harness/runner.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -89,14 +90,33 @@ std::vector<float> gather(Device& device, const void* tensor, Dtype dtype, const
   return out;
 }
 
-// Throws RuntimeFailure naming `what` and the [b, h, n, k] of its first NaN or Inf: a non-finite
-// output or gradient is a failure to report where it is, not an error to fold into a check.
-// Reads the tensor in chunks, so the host holds at most 16 MiB of it at a time.
-void require_finite(Device& device, const void* tensor, Dtype dtype, const Problem& p, std::string_view what) {
-  constexpr int64_t kChunk = int64_t{1} << 22;  // [elements]
+// 64-bit FNV-1a over the bits of float values, one 32-bit word at a time: a fingerprint of a
+// tensor, equal for equal bits.
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+uint64_t fnv1a(uint64_t hash, std::span<const float> values) {
+  for (float value : values) {
+    hash ^= std::bit_cast<uint32_t>(value);
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+std::string hex(uint64_t hash) { return fmt::format("{:016x}", hash); }
+
+// The elements of a [B·H, N, d] tensor on the device, 16 MiB of them at a time on the host.
+constexpr int64_t kScanChunk = int64_t{1} << 22;  // [elements]
+template <class Visit>
+void scan(Device& device, const void* tensor, Dtype dtype, const Problem& p, Visit visit) {
   const int64_t total = p.qkv_elements();
-  for (int64_t start = 0; start < total; start += kChunk) {
-    const std::vector<float> part = device.download(tensor, dtype, start, std::min(kChunk, total - start));
+  for (int64_t start = 0; start < total; start += kScanChunk)
+    visit(start, device.download(tensor, dtype, start, std::min(kScanChunk, total - start)));
+}
+
+// Folds the tensor into `hash`; throws RuntimeFailure naming `what` and the [b, h, n, k] of its
+// first NaN or Inf: a non-finite output or gradient is a failure to report where it is, not an
+// error to fold into a check.
+uint64_t hash_finite(Device& device, const void* tensor, Dtype dtype, const Problem& p, std::string_view what,
+                     uint64_t hash) {
+  scan(device, tensor, dtype, p, [&](int64_t start, const std::vector<float>& part) {
     for (size_t i = 0; i < part.size(); ++i) {
       if (std::isfinite(part[i])) continue;
       int64_t e = start + int64_t(i);
@@ -107,6 +127,50 @@ void require_finite(Device& device, const void* tensor, Dtype dtype, const Probl
       throw RuntimeFailure(fmt::format("{} holds {} at [b={}, h={}, n={}, k={}]", what, part[i], e / p.heads,
                                        e % p.heads, n, k));
     }
+    hash = fnv1a(hash, part);
+  });
+  return hash;
+}
+
+// The largest |S_ij| any layer of the stack meets: scale · max_i |x_i|² over the rows of X_0. Layer
+// 0's diagonal attains it (Q = K = X), Cauchy-Schwarz bounds every other entry by it, and a layer's
+// output rows are convex combinations of its input rows, so no row norm grows up the stack.
+double max_logit(Device& device, const void* X0, Dtype dtype, const Problem& p) {
+  double max_square = 0, square = 0;  // square: of the row in hand, which may span two chunks
+  scan(device, X0, dtype, p, [&](int64_t start, const std::vector<float>& part) {
+    for (size_t i = 0; i < part.size(); ++i) {
+      square += double(part[i]) * double(part[i]);
+      if ((start + int64_t(i) + 1) % p.head_dim == 0) {
+        max_square = std::max(max_square, square);
+        square = 0;
+      }
+    }
+  });
+  return double(p.scale()) * max_square;
+}
+
+// The hazards of a problem's inputs, named for the row: logits beyond what a 16-bit tensor holds,
+// where a kernel that stores S in the storage dtype (v1 keeps S) would hold inf.
+std::vector<std::string> input_hazards(const Problem& p, double max_abs_logit) {
+  std::vector<std::string> hazards;
+  constexpr double kFp16Max = 65504;
+  if (p.dtype == Dtype::fp16 && max_abs_logit > kFp16Max)
+    hazards.push_back(fmt::format("fp16 overflow: the logits reach |S| = {:.3g}, beyond fp16's largest {:.0f}; "
+                                  "S stored in fp16 is inf there",
+                                  max_abs_logit, kFp16Max));
+  return hazards;
+}
+
+// Inputs of one set: X_0 standard normal times `scale`, dO standard normal, from `seed`.
+void fill_inputs(Device& device, const Problem& p, void* X0, void* dO, uint64_t seed, double scale) {
+  const int64_t elements = p.qkv_elements();
+  device.fill_normal(p.dtype, X0, elements, seed);
+  device.fill_normal(p.dtype, dO, elements, seed + 1);
+  if (scale == 1) return;
+  for (int64_t start = 0; start < elements; start += kScanChunk) {
+    std::vector<float> part = device.download(X0, p.dtype, start, std::min(kScanChunk, elements - start));
+    for (float& value : part) value = float(value * scale);
+    device.upload(part, p.dtype, static_cast<char*>(X0) + start * element_bytes(p.dtype));
   }
 }
 
@@ -141,7 +205,10 @@ struct Reference {
     check.naive_rel_err = naive_error;
     const double logit_bound = 8.0 * max_abs_score * std::ldexp(1.0, -24);
     const double floor = p.dtype == Dtype::fp32 ? 1e-5 : 1e-6;
-    check.tolerance = 3.0 * naive_error.value_or(0.0) + logit_bound + floor;
+    // A naive computation that overflowed (fp16 logits beyond its range, a hazard the row names)
+    // sets no bar: its infinite error would make a tolerance that passes anything.
+    const double naive = naive_error && std::isfinite(*naive_error) ? *naive_error : 0.0;
+    check.tolerance = 3.0 * naive + logit_bound + floor;
     return check;
   }
 };
@@ -153,6 +220,7 @@ struct Setting {
   std::optional<int64_t> host_available;  // the host's, for the harness's own buffers [bytes]
   ReferencePlan reference;
   uint64_t seed = 0;                      // of input set 0; set k uses seed + 2k (X0), + 2k + 1 (dO)
+  double input_scale = 1;                 // X0 is standard normal times this
   int64_t host_bytes = 0;                 // what the harness holds on the host beside a run [bytes]
   int64_t device_bytes = 0;               // ... and on the device, outside the ledger [bytes]
 };
@@ -165,6 +233,7 @@ Setting settle(Device& device, const RunOptions& options, const Problem& problem
   // host's, within what the host has free otherwise.
   s.host_available = device.shares_host_memory() ? s.limit : available_memory_bytes();
   s.seed = problem_seed(options, problem);
+  s.input_scale = options.input_scale;
   s.reference = plan_reference(problem, options);
   if (s.reference.kind != ReferencePlan::Kind::none) {
     // The reference reads input set 0 as the device filled it: one set on the device, and its
@@ -238,8 +307,7 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
     std::unique_ptr<MemorySpace> space = device.open_space(ledger);
     RawBuffer X0(*space, Tag::input, elements * element_bytes(problem.dtype));
     RawBuffer dO(*space, Tag::input, elements * element_bytes(problem.dtype));
-    device.fill_normal(problem.dtype, X0.data(), elements, s.seed);
-    device.fill_normal(problem.dtype, dO.data(), elements, s.seed + 1);
+    fill_inputs(device, problem, X0.data(), dO.data(), s.seed, s.input_scale);
     Reference r;
     r.plan = plan;
     const ReferencePlan whole_heads{ReferencePlan::Kind::stack, plan.heads, {}, {}, 0, 0};
@@ -288,9 +356,15 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   for (int64_t set = 0; set < s.params.input_sets; ++set) {
     X0.emplace_back(*space, Tag::input, elements * element_bytes(problem.dtype));
     dO.emplace_back(*space, Tag::input, elements * element_bytes(problem.dtype));
-    device.fill_normal(problem.dtype, X0.back().data(), elements, s.seed + 2 * uint64_t(set));
-    device.fill_normal(problem.dtype, dO.back().data(), elements, s.seed + 2 * uint64_t(set) + 1);
+    fill_inputs(device, problem, X0.back().data(), dO.back().data(), s.seed + 2 * uint64_t(set), s.input_scale);
   }
+  Reproducibility& reproducibility = row.reproducibility.emplace();
+  reproducibility.seed = options.seed;
+  reproducibility.input_scale = s.input_scale;
+  reproducibility.inputs_hash = hex(hash_finite(device, dO[0].data(), problem.dtype, problem, "the input dO",
+                                                hash_finite(device, X0[0].data(), problem.dtype, problem,
+                                                            "the input X_0", kFnvOffset)));
+  row.hazards = input_hazards(problem, max_logit(device, X0[0].data(), problem.dtype, problem));
   LayerStack stack(problem, implementation, device, *space);
   std::unique_ptr<PhaseTimer> timer = device.timer();
   inject_failure(implementation);
@@ -303,7 +377,7 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   timer->mark();
   stack.forward(X0[0].data());
   timer->mark();
-  require_finite(device, stack.output(), problem.dtype, problem, "the output X_L");
+  const uint64_t output_hash = hash_finite(device, stack.output(), problem.dtype, problem, "the output X_L", kFnvOffset);
   std::vector<float> output, input_grad;
   if (reference) output = gather(device, stack.output(), problem.dtype, problem, reference->plan);
   row.measured.kept_bytes = ledger.live()[Tag::kept];
@@ -312,7 +386,9 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   RawBuffer dX0 = stack.backward(X0[0].data(), dO[0].data());
   timer->mark();
   device.synchronize();
-  require_finite(device, dX0.data(), device.gradient_dtype(problem), problem, "the input gradient dX_0");
+  const uint64_t results_hash =
+      hash_finite(device, dX0.data(), device.gradient_dtype(problem), problem, "the input gradient dX_0", output_hash);
+  reproducibility.results_hash = hex(results_hash);
   if (reference && reference->plan.kind == ReferencePlan::Kind::stack)
     input_grad = gather(device, dX0.data(), device.gradient_dtype(problem), problem, reference->plan);
   dX0.reset();
@@ -359,6 +435,15 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   }
   row.fwd = summarize(std::move(fwd_ms), policy.max_noise);
   row.bwd = summarize(std::move(bwd_ms), policy.max_noise);
+
+  // The measured computation once more on input set 0, untimed: the same bits again? (Atomic
+  // accumulation makes some GPU kernels differ run to run.)
+  stack.forward(X0[0].data());
+  const uint64_t output_again = hash_finite(device, stack.output(), problem.dtype, problem, "the output X_L", kFnvOffset);
+  RawBuffer dX0_again = stack.backward(X0[0].data(), dO[0].data());
+  device.synchronize();
+  reproducibility.deterministic = hash_finite(device, dX0_again.data(), device.gradient_dtype(problem), problem,
+                                              "the input gradient dX_0", output_again) == results_hash;
 }
 
 }  // namespace

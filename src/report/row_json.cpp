@@ -1,5 +1,6 @@
 // A row's JSON form (the JSON contract, docs/json.md) and its inverse, and reading result files.
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -116,6 +117,9 @@ std::vector<std::string> row_warnings(const Row& row) {
   std::vector<std::string> warnings = timing_warnings(row.fwd, "fwd");
   for (std::string& w : timing_warnings(row.bwd, "bwd")) warnings.push_back(std::move(w));
   if (!row.check && !row.not_checked.empty()) warnings.push_back("not checked: " + row.not_checked);
+  for (const std::string& hazard : row.hazards) warnings.push_back(hazard);
+  if (row.reproducibility && row.reproducibility->deterministic == false)
+    warnings.push_back("not deterministic: a second pass on the same inputs gave other bits of X_L or dX_0");
   if (row.check && !row.check->passed())
     warnings.push_back(fmt::format("check against {} failed: max relative error {:.3g} > tolerance {:.3g}",
                                    row.check->reference, row.check->max_rel_err, row.check->tolerance));
@@ -171,6 +175,17 @@ ordered_json row_to_json(const Row& row) {
     j["check"] = nullptr;
   }
   if (!row.not_checked.empty()) j["not_checked"] = row.not_checked;
+  if (row.reproducibility) {
+    const Reproducibility& r = *row.reproducibility;
+    j["reproducibility"] = {{"seed", r.seed},
+                            {"input_scale", r.input_scale},
+                            {"inputs_hash", r.inputs_hash},
+                            {"results_hash", r.results_hash},
+                            {"deterministic", r.deterministic ? ordered_json(*r.deterministic) : ordered_json(nullptr)}};
+  } else {
+    j["reproducibility"] = nullptr;
+  }
+  j["hazards"] = row.hazards;
   j["threads"] = row.threads;
   j["device"] = row.device;
   j["cold"] = row.cold;
@@ -237,6 +252,18 @@ Row row_from_json(const json& j) {
     if (c.contains("naive_rel_err") && c.at("naive_rel_err").is_number()) check.naive_rel_err = c.at("naive_rel_err").get<double>();
     row.check = check;
   }
+  if (j.contains("reproducibility") && j.at("reproducibility").is_object()) {
+    const json& r = j.at("reproducibility");
+    Reproducibility& reproducibility = row.reproducibility.emplace();
+    if (r.contains("seed") && r.at("seed").is_number_unsigned()) reproducibility.seed = r.at("seed").get<uint64_t>();
+    reproducibility.input_scale = number_or(r, "input_scale", 1);
+    if (r.contains("inputs_hash") && r.at("inputs_hash").is_string()) reproducibility.inputs_hash = r.at("inputs_hash").get<std::string>();
+    if (r.contains("results_hash") && r.at("results_hash").is_string()) reproducibility.results_hash = r.at("results_hash").get<std::string>();
+    if (r.contains("deterministic") && r.at("deterministic").is_boolean()) reproducibility.deterministic = r.at("deterministic").get<bool>();
+  }
+  if (j.contains("hazards") && j.at("hazards").is_array())
+    for (const json& hazard : j.at("hazards"))
+      if (hazard.is_string()) row.hazards.push_back(hazard.get<std::string>());
   row.threads = static_cast<int>(integer_or(j, "threads", 0));
   if (j.contains("throughput") && j.at("throughput").is_object() && j.at("throughput").contains("peak_gflops") &&
       j.at("throughput").at("peak_gflops").is_number())
@@ -251,25 +278,47 @@ Row row_from_json(const json& j) {
 }
 
 ResultsFile read_results_file(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) throw UsageError(fmt::format("'{}' is a directory, not a results file", path));
   std::ifstream in(path);
   if (!in) throw RuntimeFailure(fmt::format("cannot read '{}'", path));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  const bool lines = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
+  return parse_results(buffer.str(), lines, path);
+}
+
+ResultsFile parse_results(std::string_view text, bool lines, std::string_view path) {
   ResultsFile file;
+  // A file of another schema version would be misread key by key: refuse it by name.
+  const auto check_version = [&](const json& document) {
+    if (!document.contains("schema_version")) return;
+    const json& version = document.at("schema_version");
+    if (!version.is_number_integer() || version.get<int64_t>() != kSchemaVersion)
+      throw UsageError(fmt::format("'{}' has schema_version {}; this flashbench reads {}", path, version.dump(),
+                                   kSchemaVersion));
+  };
   try {
-    const bool lines = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
     if (!lines) {
       const json document = json::parse(text);
+      if (!document.is_object()) throw UsageError(fmt::format("'{}' is not a flashbench results file: not a JSON object", path));
+      check_version(document);
       if (document.contains("meta")) file.meta = document.at("meta");
-      for (const json& row : required(document, "rows", path)) file.rows.push_back(row_from_json(row));
+      const json& rows = required(document, "rows", path);
+      if (!rows.is_array()) throw UsageError(fmt::format("'{}' is not a flashbench results file: \"rows\" is not a list", path));
+      for (const json& row : rows) file.rows.push_back(row_from_json(row));
       return file;
     }
-    std::istringstream stream(text);
-    std::string line;
-    while (std::getline(stream, line)) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string_view::npos) end = text.size();
+      const std::string_view line = text.substr(start, end - start);
+      start = end + 1;
+      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
       const json record = json::parse(line);
+      if (!record.is_object()) throw UsageError(fmt::format("'{}' is not a flashbench results file: a line is not a JSON object", path));
+      check_version(record);
       if (record.contains("meta")) file.meta = record.at("meta");
       else if (!record.contains("summary")) file.rows.push_back(row_from_json(record));
     }
