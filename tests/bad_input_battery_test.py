@@ -8,6 +8,7 @@ when the command fails before running, and a sweep that meets a failure still wr
 
 usage: bad_input_battery_test.py FLASHBENCH_BINARY SOURCE_DIR
 """
+import concurrent.futures
 import json
 import os
 import signal
@@ -49,6 +50,21 @@ def expect(binary, args, code, needle, keep=None):
     return result
 
 
+def expect_all(binary, cases, keep=None):
+    """expect() for each (args, code, needle), two processes at a time (each a fast usage error)."""
+    before = keep.read_bytes() if keep else None
+    run = lambda args: subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(run, [args for args, _, _ in cases]))
+    for (args, code, needle), result in zip(cases, results):
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        ok = result.returncode == code and len(lines) == 1 and needle in lines[0]
+        check(ok, f"{' '.join(args)[:110]!r}: exit {result.returncode} (want {code}), stderr "
+                  f"{result.stderr.strip()[:300]!r} (want one line with {needle!r})")
+    if keep:
+        check(keep.read_bytes() == before, f"  ... left {keep.name} as it was")
+
+
 def npy_bytes(array, fortran=False):
     path = Path(tempfile.mktemp(suffix=".npy"))
     np.save(path, np.asfortranarray(array) if fortran else array)
@@ -66,6 +82,7 @@ def main():
         out = ["--format", "json", "--out", str(kept)]
 
         # Numbers.
+        numbers = []
         for args, needle in [
             (["--seq", "0"], "--seq"), (["--seq", "-5"], "--seq"), (["--seq", "abc"], "--seq"),
             (["--seq", "1e3"], "--seq"), (["--seq", ""], "--seq"), (["--seq", "16,,32"], "--seq"),
@@ -79,9 +96,11 @@ def main():
             (["--seed", "-1"], "--seed"), (["--check-budget", "-1"], "--check-budget"),
             (["--input-scale", "0"], "--input-scale"), (["--input-scale", "inf"], "--input-scale"),
         ]:
-            expect(binary, ["run", *args, *out], 2, needle, keep=kept)
+            numbers.append((["run", *args, *out], 2, needle))
+        expect_all(binary, numbers, keep=kept)
 
         # Enumerations.
+        enumerations = []
         for args, needle in [
             (["run", "--variant", "v3"], "v3"), (["run", "--variant", "v2,v2"], "twice"),
             (["run", "--dtype", "fp8"], "fp8"), (["run", "--format", "xml"], "xml"),
@@ -90,14 +109,15 @@ def main():
             (["model", "--dtype", "fp8"], "fp8"), (["model", "--backend", "tpu"], "tpu"),
             (["model", "--preset", "seed-999"], "seed-999"), (["fit", "--budget", "1GiB", "--search", "heads"], "heads"),
         ]:
-            expect(binary, args + (["--out", str(kept)] if args[0] == "run" else []), 2, needle,
-                   keep=kept if args[0] == "run" else None)
+            enumerations.append((args + (["--out", str(kept)] if args[0] == "run" else []), 2, needle))
+        expect_all(binary, enumerations, keep=kept)
 
         # Sizes with units.
+        sizes = []
         for value, needle in [("lots", "lots"), ("8XB", "unknown unit"), ("-1GiB", "negative"), ("1e400GiB", "1e400GiB"),
                               ("99999999999999999999GiB", "too large"), ("GiB", "expected a number")]:
-            expect(binary, ["run", "--mem-limit", value, *TINY, *out], 2, needle, keep=kept)
-            expect(binary, ["fit", "--budget", value], 2, needle)
+            sizes += [(["run", "--mem-limit", value, *TINY, *out], 2, needle), (["fit", "--budget", value], 2, needle)]
+        expect_all(binary, sizes, keep=kept)
 
         # Sizes whose element counts overflow 64 bits: each axis within its limit, the product not.
         huge = ["--batch", "65536", "--heads", "65536", "--seq", "16777216", "--head-dim", "256"]
@@ -122,7 +142,8 @@ def main():
         }
         for name, (text, needle) in sweeps.items():
             (tmp / name).write_text(text)
-            expect(binary, ["run", "--config", str(tmp / name), *out], 2, needle, keep=kept)
+        expect_all(binary, [(["run", "--config", str(tmp / name), *out], 2, needle)
+                            for name, (_, needle) in sweeps.items()], keep=kept)
         expect(binary, ["run", "--config", str(tmp / "missing.json"), *out], 2, "missing.json", keep=kept)
         expect(binary, ["run", "--config", str(tmp), *out], 2, str(tmp), keep=kept)
 
@@ -150,8 +171,9 @@ def main():
         grad_out = tmp / "grads"
         for name, (data, needle) in npys.items():
             (tmp / name).write_bytes(data)
-            expect(binary, ["grad", "--q", str(tmp / name), "--k", str(tmp / "good.npy"), "--v", str(tmp / "good.npy"),
-                            "--do", str(tmp / "good.npy"), "--out", str(grad_out)], 2, needle)
+        expect_all(binary, [(["grad", "--q", str(tmp / name), "--k", str(tmp / "good.npy"), "--v", str(tmp / "good.npy"),
+                              "--do", str(tmp / "good.npy"), "--out", str(grad_out)], 2, needle)
+                            for name, (_, needle) in npys.items()])
         np.save(tmp / "other-shape.npy", np.ones((1, 1, 8, 8), dtype=np.float32))
         expect(binary, ["grad", "--q", str(tmp / "good.npy"), "--k", str(tmp / "other-shape.npy"), "--v",
                         str(tmp / "good.npy"), "--do", str(tmp / "good.npy"), "--out", str(grad_out)], 2, "--k has shape [1, 1, 8, 8]")
@@ -180,7 +202,8 @@ def main():
         }
         for name, (text, needle) in results.items():
             (tmp / name).write_text(text)
-            expect(binary, ["compare", str(tmp / "r.json"), str(tmp / name)], 2, needle)
+        expect_all(binary, [(["compare", str(tmp / "r.json"), str(tmp / name)], 2, needle)
+                            for name, (_, needle) in results.items()])
         expect(binary, ["compare", str(tmp / "r.json"), str(tmp)], 2, str(tmp))
         expect(binary, ["compare", str(tmp / "r.json"), str(tmp / "missing.json")], 2, "missing.json")
         expect(binary, ["compare", "--baseline", "checkpoint", str(tmp / "r.json")], 2, "checkpoint")
@@ -235,7 +258,13 @@ def main():
                                         "--heads", "2", "--max-time", "0.3", "--max-noise", "0.000001",
                                         "--min-samples", "5", "--format", fmt, "--out", str(target)],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            time.sleep(2.5)
+            # The signal goes once the sweep is under way (its first row streamed, for jsonl), so a
+            # slow start on a loaded machine does not meet the default action instead.
+            deadline = time.monotonic() + 60
+            while fmt == "jsonl" and time.monotonic() < deadline and process.poll() is None and \
+                    not (target.exists() and target.read_text().count("\n") >= 2):
+                time.sleep(0.1)
+            time.sleep(2.5 if fmt == "jsonl" else 8)  # md shows nothing before the end: give it time to start
             process.send_signal(sig)
             _, err = process.communicate(timeout=300)
             check(process.returncode == 128 + sig, f"{sig.name} {fmt}: exit {process.returncode} (want {128 + sig})")

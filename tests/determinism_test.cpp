@@ -69,9 +69,12 @@ void check_seed_and_determinism(const std::string& backend, Dtype dtype, bool ex
     EXPECT_NE(a.inputs_hash, c.inputs_hash) << row.impl << ": another seed, the same inputs";
     EXPECT_EQ(a.inputs_hash, first[0].reproducibility->inputs_hash) << row.impl << ": implementations share inputs";
     ASSERT_TRUE(a.deterministic.has_value()) << row.impl;
-    if (expect_all_deterministic) EXPECT_TRUE(*a.deterministic) << row.impl;
-    if (*a.deterministic && b.deterministic.value_or(false))
+    if (expect_all_deterministic) {
+      EXPECT_TRUE(*a.deterministic) << row.impl;
+    }
+    if (*a.deterministic && b.deterministic.value_or(false)) {
       EXPECT_EQ(a.results_hash, b.results_hash) << row.impl << ": deterministic twice, yet other results";
+    }
     EXPECT_NE(a.results_hash, c.results_hash) << row.impl << ": other inputs, the same results";
     std::printf("%s %s %s: deterministic %s\n", backend.c_str(), std::string(to_string(dtype)).c_str(),
                 row.impl.c_str(), *a.deterministic ? "yes" : "NO");
@@ -91,7 +94,9 @@ void check_fp16_overflow_is_named(const std::string& backend) {
     ASSERT_EQ(row.hazards.size(), 1u) << row.impl;
     EXPECT_EQ(row.hazards[0].find("fp16 overflow: the logits reach |S| = "), 0u) << row.hazards[0];
     // A check that took place had a finite bar: an overflowed naive computation sets none.
-    if (row.check) EXPECT_TRUE(std::isfinite(row.check->tolerance)) << row.impl;
+    if (row.check) {
+      EXPECT_TRUE(std::isfinite(row.check->tolerance)) << row.impl;
+    }
   }
   // The same inputs at bf16 (its range is fp32's) and at scale 1 name nothing.
   problem.dtype = Dtype::bf16;

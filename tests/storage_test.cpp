@@ -16,8 +16,11 @@ TEST(Fp16Portable, WideningMatchesFloat16ForEveryHalf) {
   for (uint32_t h = 0; h <= 0xffffu; ++h) {
     const float expected = static_cast<float>(std::bit_cast<_Float16>(Half(h)));
     const float got = fp16_to_float_portable(Half(h));
-    if (std::isnan(expected)) ASSERT_TRUE(std::isnan(got)) << std::hex << h;
-    else ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(expected)) << std::hex << h;
+    if (std::isnan(expected)) {
+      ASSERT_TRUE(std::isnan(got)) << std::hex << h;
+    } else {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(expected)) << std::hex << h;
+    }
   }
 }
 
@@ -31,8 +34,11 @@ TEST(Fp16Portable, NarrowingMatchesFloat16) {
       const float x = std::bit_cast<float>(bits);
       const Half expected = std::bit_cast<Half>(static_cast<_Float16>(x));
       const Half got = fp16_from_float_portable(x);
-      if (std::isnan(x)) ASSERT_TRUE(std::isnan(fp16_to_float_portable(got))) << std::hex << bits;
-      else ASSERT_EQ(got, expected) << std::hex << bits;
+      if (std::isnan(x)) {
+        ASSERT_TRUE(std::isnan(fp16_to_float_portable(got))) << std::hex << bits;
+      } else {
+        ASSERT_EQ(got, expected) << std::hex << bits;
+      }
       ++compared;
     }
   }
