@@ -21,6 +21,7 @@ namespace flashbench {
 
 Reporter::~Reporter() = default;
 void Reporter::mark_incomplete(const nlohmann::ordered_json&) {}
+void Reporter::set_meta_at_end(const std::string&, const nlohmann::ordered_json&) {}
 
 std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& out, bool terminal) {
   using namespace report_detail;
