@@ -1,6 +1,7 @@
 #pragma once
 // Pieces shared by the v2 (fused, tiled) kernels: the D pre-pass and the final conversion.
 #include "element.cuh"
+#include "flashbench/cuda/kernels.hpp"
 
 namespace flashbench::cuda {
 
@@ -19,6 +20,13 @@ template <>
 __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// The grid of the v2 kernels: ceil(N / rows_per_block) blocks along x, one row of them per head.
+inline dim3 tile_grid(const LayerShape& shape, int64_t rows_per_block) {
+  if (shape.heads_total > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 heads (B·H)");
+  return dim3(static_cast<unsigned>((shape.seq + rows_per_block - 1) / rows_per_block),
+              static_cast<unsigned>(shape.heads_total));
 }
 
 // D_i = Σ_k dO_ik O_ik over the whole row (one warp per row). [BH·N rows, d] -> [BH·N]

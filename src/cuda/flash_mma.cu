@@ -424,12 +424,6 @@ size_t backward_shared_bytes() {
          sizeof(float) * 4 * Tile::kRows;
 }
 
-dim3 tile_grid(const LayerShape& shape, int64_t rows_per_block) {
-  if (shape.heads_total > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 heads (B·H)");
-  return dim3(static_cast<unsigned>((shape.seq + rows_per_block - 1) / rows_per_block),
-              static_cast<unsigned>(shape.heads_total));
-}
-
 template <class T, int D>
 void forward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    cudaStream_t stream) {

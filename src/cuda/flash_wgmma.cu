@@ -447,12 +447,6 @@ __global__ void __launch_bounds__(256, 1)
 
 // ---- launchers -------------------------------------------------------------------------------------
 
-dim3 block_grid(const LayerShape& shape, int64_t rows_per_block) {
-  if (shape.heads_total > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 heads (B·H)");
-  return dim3(static_cast<unsigned>((shape.seq + rows_per_block - 1) / rows_per_block),
-              static_cast<unsigned>(shape.heads_total));
-}
-
 template <class T, int D>
 void forward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    cudaStream_t stream) {
@@ -460,7 +454,7 @@ void forward_typed(const LayerShape& shape, const void* Q, const void* K, const 
   check_cuda(cudaFuncSetAttribute(forward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Plan::kSharedBytes),
              "cudaFuncSetAttribute(forward_kernel)");
-  forward_kernel<T, D><<<block_grid(shape, Plan::kQueries), Plan::kThreads, Plan::kSharedBytes, stream>>>(
+  forward_kernel<T, D><<<tile_grid(shape, Plan::kQueries), Plan::kThreads, Plan::kSharedBytes, stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
       shape.seq, shape.causal, shape.scale * kLog2e);
   check_launch("forward_kernel (wgmma)");
@@ -473,7 +467,7 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
   check_cuda(cudaFuncSetAttribute(backward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Plan::kSharedBytes),
              "cudaFuncSetAttribute(backward_kernel)");
-  backward_kernel<T, D><<<block_grid(shape, Plan::kKeys), Plan::kThreads, Plan::kSharedBytes, stream>>>(
+  backward_kernel<T, D><<<tile_grid(shape, Plan::kKeys), Plan::kThreads, Plan::kSharedBytes, stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<const T*>(dO), lse,
       row_dot, accumulator, shape.seq, shape.causal, shape.scale, shape.scale * kLog2e);
   check_launch("backward_kernel (wgmma)");
