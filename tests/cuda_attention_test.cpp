@@ -162,25 +162,12 @@ RunOptions quick_options() {
   return options;
 }
 
-// The ledger's measured peak, split and kept bytes equal the generic model fed by each
-// implementation's costs and the GPU's parameters; the pool's own high-water mark is at least the
-// tracked peak; every row is checked against float64 and passes.
-TEST(CudaDevice, MeasuredMemoryMatchesModel) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  Problem problem;
-  problem.batch = 2;
-  problem.heads = 3;
-  problem.seq = 300;
-  problem.head_dim = 64;
-  problem.layers = 3;
-  problem.causal = true;
-  problem.dtype = Dtype::bf16;
-  std::unique_ptr<Device> device = open_cuda();
-  const auto implementations = select_implementations(cuda_entry(), {"standard", "v1", "v2", "checkpoint"});
-  const std::vector<Row> rows = Runner(*device, quick_options()).run(problem, pointers(implementations));
-  ASSERT_EQ(rows.size(), kAllVariants.size());
+// Every row of `problem` through the runner: ok, its measured peak, split and kept bytes equal to the
+// generic model fed by the implementation's costs and the GPU's parameters, the pool's own
+// high-water mark at least the tracked peak, and its check against float64 passed.
+void expect_rows_match_model_and_float64(const Problem& problem, const std::vector<Row>& rows) {
   for (const Row& row : rows) {
-    SCOPED_TRACE(row.implementation());
+    SCOPED_TRACE(row.implementation() + " " + problem.describe());
     ASSERT_EQ(row.status, Status::ok) << row.reason;
     EXPECT_EQ(row.backend, "cuda");
     ASSERT_TRUE(row.model.has_value());
@@ -200,6 +187,95 @@ TEST(CudaDevice, MeasuredMemoryMatchesModel) {
     EXPECT_TRUE(row.check->passed()) << row.check->max_rel_err << " > " << row.check->tolerance;
   }
 }
+
+TEST(CudaDevice, MeasuredMemoryMatchesModel) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  Problem problem;
+  problem.batch = 2;
+  problem.heads = 3;
+  problem.seq = 300;
+  problem.head_dim = 64;
+  problem.layers = 3;
+  problem.causal = true;
+  problem.dtype = Dtype::bf16;
+  std::unique_ptr<Device> device = open_cuda();
+  const auto implementations = select_implementations(cuda_entry(), {"standard", "v1", "v2", "checkpoint"});
+  const std::vector<Row> rows = Runner(*device, quick_options()).run(problem, pointers(implementations));
+  ASSERT_EQ(rows.size(), kAllVariants.size());
+  expect_rows_match_model_and_float64(problem, rows);
+}
+
+// The workloads beyond square self-attention (docs/workloads.md) on the GPU: GQA and MQA native and
+// repeated (expand_kv), N_k ≠ N both ways with the bottom-right causal mask (N > N_k leaves rows that
+// see no key), dropout alone and with all of them; odd lengths spanning several tiles; L = 2, so dC
+// gathers two layers. Every variant's row is checked against float64 (dC of the first K/V group
+// included; with dropout, on the same Philox mask) and its memory equals the model. v2's wgmma
+// kernels run these on a Hopper GPU; elsewhere, and for fp32 and v2.mma, v2 is a skipped row that
+// says so.
+struct WorkloadCase {
+  const char* name;
+  int64_t heads, kv_heads, seq, seq_k, head_dim;
+  bool causal, expand_kv;
+  double dropout;
+  Dtype dtype;
+};
+
+void PrintTo(const WorkloadCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaWorkloads : public testing::TestWithParam<WorkloadCase> {};
+
+TEST_P(CudaWorkloads, EveryVariantMatchesModelAndFloat64) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const WorkloadCase& c = GetParam();
+  Problem problem;
+  problem.batch = 2;
+  problem.heads = c.heads;
+  problem.kv_heads = c.kv_heads;
+  problem.seq = c.seq;
+  problem.seq_kv = c.seq_k;
+  problem.head_dim = c.head_dim;
+  problem.layers = 2;
+  problem.causal = c.causal;
+  problem.expand_kv = c.expand_kv;
+  problem.dropout = c.dropout;
+  problem.dtype = c.dtype;
+  std::unique_ptr<Device> device = open_cuda();
+  const auto implementations =
+      select_implementations(cuda_entry(), {"standard", "v1", "v2", "checkpoint", "v2.mma"});
+  const std::vector<Row> rows = Runner(*device, quick_options()).run(problem, pointers(implementations));
+  ASSERT_EQ(rows.size(), 5u);
+  // v2 runs these on the wgmma kernels: bf16/fp16 on compute capability 9.0.
+  const bool wgmma = c.dtype != Dtype::fp32 && cuda::compute_capability(0) == 90;
+  std::vector<Row> ran;
+  for (const Row& row : rows) {
+    const bool expect_skip = row.implementation() == "v2.mma" || (row.implementation() == "v2" && !wgmma);
+    if (expect_skip) {
+      EXPECT_EQ(row.status, Status::skipped) << row.implementation();
+      EXPECT_NE(row.reason.find("wgmma"), std::string::npos) << row.reason;  // says which kernels run it
+      continue;
+    }
+    ran.push_back(row);
+  }
+  EXPECT_EQ(ran.size(), wgmma ? 4u : 3u);
+  expect_rows_match_model_and_float64(problem, ran);
+}
+
+std::string workload_name(const testing::TestParamInfo<WorkloadCase>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(
+    Gpu, CudaWorkloads,
+    testing::Values(
+        WorkloadCase{"gqa_nk_less_causal_bf16_d64", 4, 2, 300, 200, 64, true, false, 0.0, Dtype::bf16},
+        WorkloadCase{"gqa_nk_less_causal_bf16_d64_expand", 4, 2, 300, 200, 64, true, true, 0.0, Dtype::bf16},
+        WorkloadCase{"mqa_nk_more_fp16_d128", 4, 1, 150, 333, 128, false, false, 0.0, Dtype::fp16},
+        WorkloadCase{"mqa_nk_more_causal_fp16_d128_expand", 4, 1, 150, 333, 128, true, true, 0.0, Dtype::fp16},
+        WorkloadCase{"mha_cross_causal_bf16_d128", 2, 2, 257, 129, 128, true, false, 0.0, Dtype::bf16},
+        WorkloadCase{"dropout_self_causal_bf16_d64", 3, 3, 257, 257, 64, true, false, 0.1, Dtype::bf16},
+        WorkloadCase{"dropout_self_fp16_d128", 2, 2, 200, 200, 128, false, false, 0.3, Dtype::fp16},
+        WorkloadCase{"dropout_gqa_nk_more_causal_fp16_d128", 4, 2, 130, 190, 128, true, false, 0.2, Dtype::fp16},
+        WorkloadCase{"dropout_gqa_expand_bf16_d64", 4, 2, 130, 190, 64, false, true, 0.2, Dtype::bf16},
+        WorkloadCase{"gqa_dropout_fp32_d64", 4, 2, 70, 90, 64, true, false, 0.1, Dtype::fp32}),
+    workload_name);
 
 // A memory limit between v2's and standard's modelled peaks: the pre-flight skips standard, saying
 // what it needs, before allocating anything; v2 runs.

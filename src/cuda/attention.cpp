@@ -3,22 +3,34 @@
 // memory space, exactly as CudaAttention::costs (registration.cpp) states. Every launch, cuBLAS
 // call, allocation and free is on the device's one stream, so a workspace freed when a function
 // returns is reused only after the kernels that read it.
+//
+// Q = X; K = V = X for self-attention, the context C otherwise (implementation.hpp). GQA runs
+// natively through cuBLAS by stacking: the r query heads that share a K/V head are one matrix of r·N
+// rows, so S = Q·Kᵀ is one product per K/V head and dV = Pᵀ·dO, dK = dSᵀ·Q sum over the group in
+// their inner dimension (r·N) — no reduction pass, no repeated K/V. Under expand_kv K and V are
+// repeated to H heads first (kept as Kx, Vx where the variant keeps its inputs) and the kernels
+// see G = H.
 #include <fmt/format.h>
 
 #include "attention.hpp"
 #include "device.hpp"
 #include "flashbench/cuda/kernels.hpp"
 #include "flashbench/errors.hpp"
+#include "flashbench/variant.hpp"
 
 namespace flashbench::cuda {
 
 LayerShape LayerShape::of(const Problem& problem) {
-  return {problem.heads_total(), problem.seq, problem.head_dim, problem.causal, problem.scale(), problem.dtype};
+  LayerShape shape{problem.heads_total(), problem.seq, problem.head_dim, problem.causal, problem.scale(), problem.dtype};
+  shape.seq_k = problem.key_seq();
+  shape.group_size = problem.repeats_kv() ? 1 : problem.group_size();
+  return shape;
 }
 
 namespace {
 
-// What a layer call launches with.
+// What a layer call launches with; its dropout mask keyed by the stack's seed and the layer, the
+// same in the layer's forward and backward.
 struct Launch {
   LayerShape shape;
   cublasHandle_t blas;
@@ -27,11 +39,22 @@ struct Launch {
 
   static Launch of(const LayerCall& call) {
     CudaDevice& device = cuda_device_of(call);
-    return {LayerShape::of(call.problem), device.blas(), device.stream(), call.space};
+    LayerShape shape = LayerShape::of(call.problem);
+    shape.dropout = philox::make_dropout_mask(call.problem.dropout, call.dropout_seed, uint64_t(call.layer));
+    return {shape, device.blas(), device.stream(), call.space};
   }
-  int64_t score_bytes() const { return shape.heads_total * shape.seq * shape.seq * element_bytes(shape.dtype); }
+  int64_t score_elements() const { return shape.heads_total * shape.seq * shape.seq_k; }
+  int64_t score_bytes() const { return score_elements() * element_bytes(shape.dtype); }
   int64_t row_bytes() const { return shape.heads_total * shape.seq * int64_t(sizeof(float)); }
-  int64_t qkv_elements() const { return shape.heads_total * shape.seq * shape.head_dim; }
+  int64_t q_elements() const { return shape.heads_total * shape.seq * shape.head_dim; }
+  int64_t kv_elements() const { return shape.kv_heads_total() * shape.seq_k * shape.head_dim; }
+};
+
+// The attention inputs of one layer call as the kernels see them: Q [BH,N,d], K, V [BG,N_k,d].
+struct Operands {
+  const void* Q;
+  const void* K;
+  const void* V;
 };
 
 cudaDataType_t blas_type(Dtype dtype) {
@@ -45,53 +68,85 @@ cudaDataType_t blas_type(Dtype dtype) {
 
 enum class Op { none, transpose };
 
-// Row-major, batched over the BH heads: C[M,N] = alpha·op(A)[M,K]·op(B)[K,N] + beta·C, fp32
-// accumulation (CUBLAS_COMPUTE_32F: no TF32, so fp32 stays fp32). cuBLAS is column-major, and a
-// row-major C is a column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, hence B before A.
+// Row-major, batched over the BG K/V heads (each with its r query heads stacked):
+// C[M,N] = alpha·op(A)[M,K]·op(B)[K,N] + beta·C, fp32 accumulation (CUBLAS_COMPUTE_32F: no TF32,
+// so fp32 stays fp32). cuBLAS is column-major, and a row-major C is a column-major
+// Cᵀ = op(B)ᵀ·op(A)ᵀ, hence B before A.
 void batched_gemm(const Launch& launch, Op op_a, Op op_b, int64_t M, int64_t N, int64_t K, float alpha, const void* A,
                   int64_t lda, int64_t stride_a, const void* B, int64_t ldb, int64_t stride_b, float beta, void* C,
                   int64_t ldc, int64_t stride_c) {
+  constexpr int64_t kIntMax = 2147483647;
+  if (M > kIntMax || N > kIntMax || K > kIntMax)
+    throw RuntimeFailure(fmt::format("a {}×{}×{} product is beyond cuBLAS's 32-bit extents", M, N, K));
   const cudaDataType_t type = blas_type(launch.shape.dtype);
   const auto to_blas = [](Op op) { return op == Op::transpose ? CUBLAS_OP_T : CUBLAS_OP_N; };
   check_blas(cublasGemmStridedBatchedEx(launch.blas, to_blas(op_b), to_blas(op_a), int(N), int(M), int(K), &alpha, B,
                                         type, int(ldb), stride_b, A, type, int(lda), stride_a, &beta, C, type, int(ldc),
-                                        stride_c, int(launch.shape.heads_total), CUBLAS_COMPUTE_32F,
+                                        stride_c, int(launch.shape.kv_heads_total()), CUBLAS_COMPUTE_32F,
                                         CUBLAS_GEMM_DEFAULT),
              "cublasGemmStridedBatchedEx");
 }
 
-// S = scale · X Xᵀ [BH, N, N] into `scores`.
-void scores_gemm(const Launch& launch, const void* X, void* scores) {
-  const int64_t N = launch.shape.seq, d = launch.shape.head_dim;
-  batched_gemm(launch, Op::none, Op::transpose, N, N, d, launch.shape.scale, X, d, N * d, X, d, N * d, 0.0f, scores, N,
-               N * N);
+// The extents of one K/V head's products: rN stacked query rows, Nk keys, d.
+struct Extents {
+  int64_t rN, Nk, d;
+  static Extents of(const Launch& launch) {
+    const LayerShape& s = launch.shape;
+    return {s.group_size * s.seq, s.seq_k, s.head_dim};
+  }
+};
+
+// S = scale · Q Kᵀ [BH, N, N_k] into `scores`.
+void scores_gemm(const Launch& launch, Operands in, void* scores) {
+  const auto [rN, Nk, d] = Extents::of(launch);
+  batched_gemm(launch, Op::none, Op::transpose, rN, Nk, d, launch.shape.scale, in.Q, d, rN * d, in.K, d, Nk * d, 0.0f,
+               scores, Nk, rN * Nk);
 }
 
-// O = P X [BH, N, d].
-void output_gemm(const Launch& launch, const void* probs, const void* X, void* O) {
-  const int64_t N = launch.shape.seq, d = launch.shape.head_dim;
-  batched_gemm(launch, Op::none, Op::none, N, d, N, 1.0f, probs, N, N * N, X, d, N * d, 0.0f, O, d, N * d);
+// O = P V [BH, N, d].
+void output_gemm(const Launch& launch, const void* probs, const void* V, void* O) {
+  const auto [rN, Nk, d] = Extents::of(launch);
+  batched_gemm(launch, Op::none, Op::none, rN, d, Nk, 1.0f, probs, Nk, rN * Nk, V, d, Nk * d, 0.0f, O, d, rN * d);
 }
 
-// Backward of O = P V, P = softmax(S), S = scale·Q Kᵀ with Q = K = V = X, from the probabilities:
-//   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − rowsum(P ∘ dP)),  dQ = scale·dS K,  dK = scale·dSᵀ Q,
-// summed into dX with beta = 1. Allocates one [BH, N, N] workspace for dP (then dS, in place).
-void backward_from_probs(const Launch& launch, const void* probs, const void* X, const void* dO, void* dX) {
+// Where backward puts the gradients: dQ [BH,N,d] and dK + dV [BG,N_k,d], both in the storage dtype,
+// written (beta 0) or added to (beta 1). For self-attention the three go to the one dX.
+struct GradientTargets {
+  void* dQ;
+  void* dKV;
+  float dq_beta;   // 0: dQ is written; dK and dV are then added (self-attention: dQ = dKV)
+  float dkv_beta;  // 0 or 1 for the first of dV and dK; the second is always added
+};
+
+// Backward of O = P̃ V, P = softmax(S), S = scale·Q Kᵀ, from the probabilities (and, with dropout,
+// the dropped P̃ and the mask Z; `mask` null with dropout: Z redrawn from the generator):
+//   dV = P̃ᵀ dO,  dP = (dO Vᵀ) ∘ Z/(1 − p),  dS = P ∘ (dP − rowsum(P ∘ dP)),
+//   dQ = scale·dS K,  dK = scale·dSᵀ Q.
+// Allocates one [BH, N, N_k] workspace for dP (then dS, in place).
+void backward_from_probs(const Launch& launch, Operands in, const void* probs, const void* dropped,
+                         const unsigned char* mask, const void* dO, const GradientTargets& out) {
   const LayerShape& s = launch.shape;
-  const int64_t N = s.seq, d = s.head_dim;
-  batched_gemm(launch, Op::transpose, Op::none, N, d, N, 1.0f, probs, N, N * N, dO, d, N * d, 0.0f, dX, d, N * d);
+  const auto [rN, Nk, d] = Extents::of(launch);
+  const void* weights = s.dropout.active() ? dropped : probs;
+  const bool self = out.dQ == out.dKV;
+  // Self-attention: dV first into dX (beta 0), then dQ and dK added; otherwise dQ and dV each start
+  // their own target.
+  batched_gemm(launch, Op::transpose, Op::none, Nk, d, rN, 1.0f, weights, Nk, rN * Nk, dO, d, rN * d,
+               self ? 0.0f : out.dkv_beta, out.dKV, d, Nk * d);
   RawBuffer dprobs(launch.space, Tag::workspace, launch.score_bytes());
-  batched_gemm(launch, Op::none, Op::transpose, N, N, d, 1.0f, dO, d, N * d, X, d, N * d, 0.0f, dprobs.data(), N,
-               N * N);
+  batched_gemm(launch, Op::none, Op::transpose, rN, Nk, d, 1.0f, dO, d, rN * d, in.V, d, Nk * d, 0.0f, dprobs.data(),
+               Nk, rN * Nk);
+  if (s.dropout.active()) dropout_backward(s, mask, dprobs.data(), launch.stream);
   softmax_backward_rows(s, probs, dprobs.data(), launch.stream);
-  batched_gemm(launch, Op::none, Op::none, N, d, N, s.scale, dprobs.data(), N, N * N, X, d, N * d, 1.0f, dX, d, N * d);
-  batched_gemm(launch, Op::transpose, Op::none, N, d, N, s.scale, dprobs.data(), N, N * N, X, d, N * d, 1.0f, dX, d,
-               N * d);
+  batched_gemm(launch, Op::none, Op::none, rN, d, Nk, s.scale, dprobs.data(), Nk, rN * Nk, in.K, d, Nk * d,
+               self ? 1.0f : out.dq_beta, out.dQ, d, rN * d);
+  batched_gemm(launch, Op::transpose, Op::none, Nk, d, rN, s.scale, dprobs.data(), Nk, rN * Nk, in.Q, d, rN * d, 1.0f,
+               out.dKV, d, Nk * d);
 }
 
-// P = softmax(scale · X Xᵀ) [BH, N, N] into `probs`, in place of S.
-void probs_gemm(const Launch& launch, const void* X, void* probs) {
-  scores_gemm(launch, X, probs);
+// P = softmax(scale · Q Kᵀ) [BH, N, N_k] into `probs`, in place of S.
+void probs_gemm(const Launch& launch, Operands in, void* probs) {
+  scores_gemm(launch, in, probs);
   softmax_rows(launch.shape, probs, probs, nullptr, nullptr, launch.stream);
 }
 
@@ -99,50 +154,103 @@ FlashKernels flash_kernels(CudaAttention::Kernels kernels) {
   return kernels == CudaAttention::Kernels::mma_sync ? FlashKernels::mma_sync : FlashKernels::best;
 }
 
+// Whether the variant keeps the repeated K and V under expand_kv (kept "Kx", "Vx"), or repeats
+// them again in each pass (checkpoint).
+bool keeps_repeated_kv(Variant variant, const Problem& problem) {
+  for (const KeptTensor& tensor : kept_per_layer(variant, problem))
+    if (tensor.name == "Kx") return true;
+  return false;
+}
+
+// K and V as the kernels read them: X (self-attention), C, or C repeated to H heads — into the
+// kept Kx and Vx (filled in forward), or, for a variant that keeps nothing (checkpoint), into
+// workspace in each pass.
+class KeyValues {
+ public:
+  KeyValues(const LayerCall& call, const Launch& launch, Variant variant, const void* X, KeptTensors& kept,
+            bool fill_kept) {
+    const Problem& p = call.problem;
+    if (!call.context || !p.repeats_kv()) {
+      K_ = V_ = call.context ? call.context : X;
+      return;
+    }
+    const int64_t per_head = p.key_seq() * p.head_dim, groups = p.batch * p.key_heads();
+    void* K = nullptr;
+    void* V = nullptr;
+    const bool kept_repeated = keeps_repeated_kv(variant, p);
+    if (kept_repeated) {
+      K = kept["Kx"];
+      V = kept["Vx"];
+    } else {
+      const int64_t bytes = p.expanded_kv_elements() * element_bytes(p.dtype);
+      repeated_ = RawBuffer(launch.space, Tag::workspace, 2 * bytes);
+      K = repeated_.data();
+      V = repeated_.data() + bytes;
+    }
+    if (!kept_repeated || fill_kept) {
+      repeat_heads(p.dtype, call.context, K, groups, p.group_size(), per_head, launch.stream);
+      repeat_heads(p.dtype, call.context, V, groups, p.group_size(), per_head, launch.stream);
+    }
+    K_ = K;
+    V_ = V;
+  }
+  Operands operands(const void* Q) const { return {Q, K_, V_}; }
+
+ private:
+  const void* K_ = nullptr;
+  const void* V_ = nullptr;
+  RawBuffer repeated_;
+};
+
 }  // namespace
 
 std::optional<std::string> CudaAttention::unsupported(const Problem& problem) const {
-  // The CUDA kernels run square self-attention without dropout so far (docs/workloads.md).
-  if (problem.key_heads() != problem.heads)
-    return fmt::format("G = {} K/V heads for H = {}: the CUDA kernels run G = H only so far", problem.key_heads(),
-                       problem.heads);
-  if (problem.key_seq() != problem.seq)
-    return fmt::format("N_k = {} keys for N = {} queries: the CUDA kernels run N_k = N only so far", problem.key_seq(),
-                       problem.seq);
-  if (problem.dropout > 0)
-    return fmt::format("dropout {:g}: the CUDA kernels run without dropout so far", problem.dropout);
-  if (variant_ == Variant::v2 && !flash_supports(problem.head_dim))
+  if (variant_ != Variant::v2) return std::nullopt;
+  if (!flash_supports(problem.head_dim))
     return fmt::format("v2 on CUDA is built for head_dim 64 and 128, not {}", problem.head_dim);
+  LayerShape shape = LayerShape::of(problem);
+  shape.dropout = philox::make_dropout_mask(problem.dropout, 0, 0);  // only whether it is active matters here
+  if (!flash_runs(shape, flash_kernels(kernels_)))
+    return fmt::format("{}: G < H, N_k != N and dropout run on the wgmma kernels (bf16/fp16 on compute capability "
+                       "9.0) only so far",
+                       problem.workload());
   return std::nullopt;
 }
 
 void CudaAttention::forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) {
   const Launch launch = Launch::of(call);
+  const KeyValues key_values(call, launch, variant_, X, kept, /*fill_kept=*/true);
+  const Operands in = key_values.operands(X);
+  const LayerShape& shape = launch.shape;
+  const bool dropout = shape.dropout.active();
   switch (variant_) {
     case Variant::standard: {
       void* P = kept["P"];  // S is computed into the kept P, then normalised in place
-      probs_gemm(launch, X, P);
-      output_gemm(launch, P, X, O);
+      probs_gemm(launch, in, P);
+      if (dropout) dropout_forward(shape, P, kept["Pd"], kept.get<unsigned char>("mask"), launch.stream);
+      output_gemm(launch, dropout ? kept["Pd"] : P, in.V, O);
       return;
     }
     case Variant::v1: {
       void* S = kept["S"];
       float* row_max = kept.get<float>("m");
       float* row_sum = kept.get<float>("l");
-      scores_gemm(launch, X, S);
-      softmax_rows(launch.shape, S, nullptr, row_max, row_sum, launch.stream);
+      scores_gemm(launch, in, S);
+      softmax_rows(shape, S, nullptr, row_max, row_sum, launch.stream);
       RawBuffer probs(launch.space, Tag::workspace, launch.score_bytes());
-      probs_from_scores(launch.shape, S, row_max, row_sum, probs.data(), launch.stream);
-      output_gemm(launch, probs.data(), X, O);
+      probs_from_scores(shape, S, row_max, row_sum, probs.data(), launch.stream);
+      if (dropout) dropout_forward(shape, probs.data(), kept["Pd"], kept.get<unsigned char>("mask"), launch.stream);
+      output_gemm(launch, dropout ? kept["Pd"] : probs.data(), in.V, O);
       return;
     }
     case Variant::v2:
-      flash_forward(launch.shape, X, X, X, O, kept.get<float>("LSE"), flash_kernels(kernels_), launch.stream);
+      flash_forward(shape, in.Q, in.K, in.V, O, kept.get<float>("LSE"), flash_kernels(kernels_), launch.stream);
       return;
     case Variant::checkpoint: {
       RawBuffer probs(launch.space, Tag::workspace, launch.score_bytes());
-      probs_gemm(launch, X, probs.data());
-      output_gemm(launch, probs.data(), X, O);
+      probs_gemm(launch, in, probs.data());
+      if (dropout) dropout_forward(shape, probs.data(), probs.data(), nullptr, launch.stream);  // P̃ over P
+      output_gemm(launch, probs.data(), in.V, O);
       return;
     }
   }
@@ -150,36 +258,77 @@ void CudaAttention::forward(LayerCall& call, const void* X, void* O, KeptTensors
 
 void CudaAttention::backward(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept, void* dX) {
   const Launch launch = Launch::of(call);
+  const LayerShape& shape = launch.shape;
+  const Problem& p = call.problem;
   // This device's gradients are in the storage dtype (gradient_dtype), like dO itself.
-  if (dO.dtype != launch.shape.dtype)
+  if (dO.dtype != shape.dtype)
     throw RuntimeFailure(fmt::format("internal error: a {} gradient for a {} layer on CUDA", to_string(dO.dtype),
-                                     to_string(launch.shape.dtype)));
+                                     to_string(shape.dtype)));
+  const KeyValues key_values(call, launch, variant_, X, kept, /*fill_kept=*/false);
+  const Operands in = key_values.operands(X);
+  const bool dropout = shape.dropout.active();
+  const int64_t per_kv_head = p.key_seq() * p.head_dim, kv_groups = p.batch * p.key_heads();
+  const float dc_beta = call.first_context_grad ? 0.0f : 1.0f;
+
+  if (variant_ == Variant::v2) {
+    RawBuffer row_dot(launch.space, Tag::workspace, launch.row_bytes());
+    RawBuffer dq_accumulator(launch.space, Tag::workspace, launch.q_elements() * int64_t(sizeof(float)));
+    RawBuffer dkv_accumulator;  // self-attention: dK + dV go to dQ's accumulator (dX = dQ + dK + dV)
+    if (call.context)
+      dkv_accumulator = RawBuffer(launch.space, Tag::workspace, launch.kv_elements() * int64_t(sizeof(float)));
+    float* dkv = call.context ? dkv_accumulator.as<float>() : dq_accumulator.as<float>();
+    flash_backward(shape, in.Q, in.K, in.V, O, dO.data, kept.get<float>("LSE"), row_dot.as<float>(),
+                   dq_accumulator.as<float>(), dkv, flash_kernels(kernels_), launch.stream);
+    store_from_float(shape.dtype, dq_accumulator.as<float>(), dX, launch.q_elements(), launch.stream);
+    if (call.context)  // the kernels' K/V heads (H under expand_kv) gathered into C's G heads
+      sum_head_groups(shape.dtype, dkv, /*src_is_float=*/true, call.context_grad, kv_groups,
+                      p.repeats_kv() ? p.group_size() : 1, per_kv_head, dc_beta != 0.0f, launch.stream);
+    return;
+  }
+
+  // The materialising variants write dQ into dX and dK + dV into dX (self-attention), into dC
+  // (native GQA: the stacked products already sum the group), or into [B,H,N_k,d] first (naive GQA),
+  // summed per group afterwards.
+  RawBuffer repeated_grads;
+  GradientTargets out{dX, dX, 0.0f, 0.0f};
+  if (call.context) {
+    if (p.repeats_kv()) {
+      repeated_grads = RawBuffer(launch.space, Tag::grad, p.expanded_kv_elements() * element_bytes(shape.dtype));
+      out = {dX, repeated_grads.data(), 0.0f, 0.0f};
+    } else {
+      out = {dX, call.context_grad, 0.0f, dc_beta};
+    }
+  }
+  const unsigned char* mask = dropout && variant_ != Variant::checkpoint ? kept.get<unsigned char>("mask") : nullptr;
   switch (variant_) {
     case Variant::standard:
-      backward_from_probs(launch, kept["P"], X, dO.data, dX);
-      return;
+      backward_from_probs(launch, in, kept["P"], dropout ? kept["Pd"] : nullptr, mask, dO.data, out);
+      break;
     case Variant::v1: {
       // P = exp(S − m)/l over the kept S, in place: S is not needed afterwards.
       void* S = kept["S"];
-      probs_from_scores(launch.shape, S, kept.get<float>("m"), kept.get<float>("l"), S, launch.stream);
-      backward_from_probs(launch, S, X, dO.data, dX);
-      return;
-    }
-    case Variant::v2: {
-      RawBuffer row_dot(launch.space, Tag::workspace, launch.row_bytes());
-      RawBuffer accumulator(launch.space, Tag::workspace, launch.qkv_elements() * int64_t(sizeof(float)));
-      flash_backward(launch.shape, X, X, X, O, dO.data, kept.get<float>("LSE"), row_dot.as<float>(),
-                     accumulator.as<float>(), flash_kernels(kernels_), launch.stream);
-      store_from_float(launch.shape.dtype, accumulator.as<float>(), dX, launch.qkv_elements(), launch.stream);
-      return;
+      probs_from_scores(shape, S, kept.get<float>("m"), kept.get<float>("l"), S, launch.stream);
+      backward_from_probs(launch, in, S, dropout ? kept["Pd"] : nullptr, mask, dO.data, out);
+      break;
     }
     case Variant::checkpoint: {
+      // The whole forward again: P, and with dropout P̃ from the mask redrawn (Z itself is redrawn
+      // again where dP needs it, never stored).
       RawBuffer probs(launch.space, Tag::workspace, launch.score_bytes());
-      probs_gemm(launch, X, probs.data());
-      backward_from_probs(launch, probs.data(), X, dO.data, dX);
-      return;
+      probs_gemm(launch, in, probs.data());
+      RawBuffer dropped;
+      if (dropout) {
+        dropped = RawBuffer(launch.space, Tag::workspace, launch.score_bytes());
+        dropout_forward(shape, probs.data(), dropped.data(), nullptr, launch.stream);
+      }
+      backward_from_probs(launch, in, probs.data(), dropped.data(), nullptr, dO.data, out);
+      break;
     }
+    case Variant::v2: break;  // above
   }
+  if (call.context && p.repeats_kv())
+    sum_head_groups(shape.dtype, repeated_grads.data(), /*src_is_float=*/false, call.context_grad, kv_groups,
+                    p.group_size(), per_kv_head, dc_beta != 0.0f, launch.stream);
 }
 
 }  // namespace flashbench::cuda

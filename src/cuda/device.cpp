@@ -86,6 +86,17 @@ int device_count() {
   return count;
 }
 
+std::optional<int> compute_capability(int index) {
+  if (index < 0 || index >= device_count()) return std::nullopt;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  return 10 * major + minor;
+}
+
 std::optional<int64_t> l2_bytes_of(int index) {
   if (index < 0 || index >= device_count()) return std::nullopt;
   int bytes = 0;

@@ -10,12 +10,20 @@ bool flash_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 128
 namespace {
 
 // flash_wgmma.cu is compiled for sm_90a alone, which runs on compute capability 9.0 only.
+// No device (a model asked on a machine without a GPU) answers false.
 bool current_device_is_hopper() {
   int device = 0, major = 0, minor = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();  // clear the error: the question is allowed to fail
+    return false;
+  }
   return major == 9 && minor == 0;
+}
+
+bool square_self_attention(const LayerShape& shape) {
+  return shape.group_size == 1 && shape.seq_k == shape.seq && !shape.dropout.active();
 }
 
 }  // namespace
@@ -24,29 +32,50 @@ bool flash_uses_wgmma(Dtype dtype, FlashKernels kernels) {
   return dtype != Dtype::fp32 && kernels == FlashKernels::best && current_device_is_hopper();
 }
 
+bool flash_runs(const LayerShape& shape, FlashKernels kernels) {
+  if (!flash_supports(shape.head_dim)) return false;
+  return square_self_attention(shape) || flash_uses_wgmma(shape.dtype, kernels);
+}
+
+namespace {
+
+void require_runs(const LayerShape& shape, FlashKernels kernels) {
+  if (!flash_supports(shape.head_dim)) throw RuntimeFailure("v2 on CUDA supports head_dim 64 and 128");
+  if (!flash_runs(shape, kernels))
+    throw RuntimeFailure("v2 on CUDA runs G < H, N_k != N and dropout on the wgmma kernels only");
+}
+
+}  // namespace
+
 void flash_forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    FlashKernels kernels, cudaStream_t stream) {
-  if (!flash_supports(shape.head_dim)) throw RuntimeFailure("v2 on CUDA supports head_dim 64 and 128");
-  if (shape.dtype == Dtype::fp32) return flash_forward_simt(shape, Q, K, V, O, lse, stream);
+  require_runs(shape, kernels);
   if (flash_uses_wgmma(shape.dtype, kernels)) return flash_forward_wgmma(shape, Q, K, V, O, lse, stream);
+  if (shape.dtype == Dtype::fp32) return flash_forward_simt(shape, Q, K, V, O, lse, stream);
   flash_forward_mma(shape, Q, K, V, O, lse, stream);
 }
 
 void flash_backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* O,
-                    const void* dO, const float* lse, float* row_dot, float* accumulator, FlashKernels kernels,
-                    cudaStream_t stream) {
-  if (!flash_supports(shape.head_dim)) throw RuntimeFailure("v2 on CUDA supports head_dim 64 and 128");
+                    const void* dO, const float* lse, float* row_dot, float* dq_accumulator, float* dkv_accumulator,
+                    FlashKernels kernels, cudaStream_t stream) {
+  require_runs(shape, kernels);
   const int64_t rows = shape.heads_total * shape.seq;
-  check_cuda(cudaMemsetAsync(accumulator, 0, sizeof(float) * size_t(rows * shape.head_dim), stream),
-             "cudaMemsetAsync(accumulator)");
+  check_cuda(cudaMemsetAsync(dq_accumulator, 0, sizeof(float) * size_t(rows * shape.head_dim), stream),
+             "cudaMemsetAsync(dq_accumulator)");
+  if (dkv_accumulator != dq_accumulator)
+    check_cuda(cudaMemsetAsync(dkv_accumulator, 0,
+                               sizeof(float) * size_t(shape.kv_heads_total() * shape.seq_k * shape.head_dim), stream),
+               "cudaMemsetAsync(dkv_accumulator)");
   dispatch_dtype(shape.dtype, [&](auto tag) {
     using T = decltype(tag);
     launch_row_dot<T>(static_cast<const T*>(O), static_cast<const T*>(dO), row_dot, rows, int(shape.head_dim), stream);
   });
-  if (shape.dtype == Dtype::fp32) return flash_backward_simt(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
   if (flash_uses_wgmma(shape.dtype, kernels))
-    return flash_backward_wgmma(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
-  flash_backward_mma(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
+    return flash_backward_wgmma(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
+  // The other kernels run self-attention (require_runs): dQ + dK + dV into the one accumulator.
+  if (shape.dtype == Dtype::fp32)
+    return flash_backward_simt(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, stream);
+  flash_backward_mma(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, stream);
 }
 
 }  // namespace flashbench::cuda

@@ -13,8 +13,11 @@ void flash_backward_mma(const LayerShape& shape, const void* Q, const void* K, c
 
 void flash_forward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                          cudaStream_t stream);
+// GQA, N_k ≠ N and dropout too: dQ into dq_accumulator [BH,N,d], dK + dV into dkv_accumulator
+// [BG,N_k,d] (the same buffer for self-attention).
 void flash_backward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                          const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream);
+                          const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
+                          cudaStream_t stream);
 
 void flash_forward_simt(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                         cudaStream_t stream);

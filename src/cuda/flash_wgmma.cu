@@ -48,6 +48,22 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// Word `lane` (0..3) of a Philox block, without indexing the array by a run-time value (which would
+// put it in local memory).
+__device__ __forceinline__ uint32_t word_at(const philox::Block& words, int lane) {
+  return lane == 0 ? words.word[0] : lane == 1 ? words.word[1] : lane == 2 ? words.word[2] : words.word[3];
+}
+
+// Dropout on two consecutive elements e, e + 1 of the layer's [BH, N, N_k] weights: each multiplied by
+// 1/(1 − p) where kept, 0 where dropped (philox.hpp); one Philox block unless the pair straddles two.
+__device__ __forceinline__ void drop_pair(const philox::DropoutMask& mask, uint64_t e, float& first, float& second) {
+  const philox::Block words = mask.block(e);
+  const int lane = int(e % 4);
+  first *= word_at(words, lane) >= mask.threshold ? mask.scale : 0.0f;
+  const uint32_t next = lane < 3 ? word_at(words, lane + 1) : mask.block(e + 1).word[0];
+  second *= next >= mask.threshold ? mask.scale : 0.0f;
+}
+
 // Barrier of the 128 threads of one warpgroup (ids 1 and 2; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
   if (warpgroup == 0)
@@ -77,11 +93,23 @@ struct ForwardPlan {
   static constexpr int kSharedBytes = QTile::kBytes + 4 * KVTile::kBytes + 1024;
 };
 
-// grid (ceil(N/128), BH), 256 threads; Q, K, V, O: [BH, N, D]; lse: [BH, N] (natural log).
-template <class T, int D>
+// What the kernels need of a layer beyond its tensors (kernels.hpp's LayerShape, in kernel arguments).
+struct Extents {
+  int64_t seq;       // N query rows
+  int64_t seq_k;     // N_k key rows
+  int group_size;    // r: query head h reads K/V head h / r
+  bool causal;       // bottom-right: query i sees keys j ≤ i + seq_k − seq
+  static Extents of(const LayerShape& shape) {
+    return {shape.seq, shape.seq_k, int(shape.group_size), shape.causal};
+  }
+};
+
+// grid (ceil(N/128), BH), 256 threads; Q, O: [BH, N, D]; K, V: [BG, N_k, D]; lse: [BH, N] (natural
+// log, +∞ for a row that sees no key). kDropout: O = P̃·V with the mask of `dropout`.
+template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(256, 1)
     forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
-                   float* __restrict__ lse, int64_t seq, bool causal, float scale_log2) {
+                   float* __restrict__ lse, Extents extents, float scale_log2, philox::DropoutMask dropout) {
   using Plan = ForwardPlan<D>;
   using QTile = typename Plan::QTile;
   using KVTile = typename Plan::KVTile;
@@ -91,17 +119,21 @@ __global__ void __launch_bounds__(256, 1)
   const uint32_t sV = sK + 2 * KVTile::kBytes;
 
   // Causal query blocks further down see more keys: launch those first so short ones fill the tail.
+  const int64_t seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
+  const bool causal = extents.causal;
   const int64_t head = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * Plan::kQueries;
-  const int64_t offset = head * seq * D;
+  const int64_t offset = head * seq * D, kv_offset = head / extents.group_size * seq_k * D;
   const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads;
   const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {q0 + warpgroup * 64 + warp * 16 + g, q0 + warpgroup * 64 + warp * 16 + g + 8};
 
-  const int64_t last_key = causal ? min(q0 + Plan::kQueries - 1, seq - 1) : seq - 1;
-  const int key_tiles = int(last_key / Plan::kKeys) + 1;
+  // The last key any row of the block sees; none at all (a block of rows above a bottom-right
+  // diagonal that starts below them) leaves O = 0.
+  const int64_t last_key = causal ? min(q0 + Plan::kQueries - 1 + shift, seq_k - 1) : seq_k - 1;
+  const int key_tiles = last_key < 0 ? 0 : int(last_key / Plan::kKeys) + 1;
   load_tile<T, Plan::kQueries, D, Plan::kThreads>(sQ, Q + offset, q0, seq, thread);
-  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sK, K + offset, 0, seq, thread);
-  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sV, V + offset, 0, seq, thread);
+  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sK, K + kv_offset, 0, seq_k, thread);
+  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sV, V + kv_offset, 0, seq_k, thread);
   cp_async_commit();
 
   float o[D / 2];  // O [64 rows × D] of this warpgroup
@@ -115,8 +147,10 @@ __global__ void __launch_bounds__(256, 1)
     __syncthreads();  // tile j is in shared memory; nobody still reads the other buffer (tile j − 1)
     if (j + 1 < key_tiles) {
       const int64_t next = int64_t(j + 1) * Plan::kKeys;
-      load_tile<T, Plan::kKeys, D, Plan::kThreads>(sK + (buffer ^ 1) * KVTile::kBytes, K + offset, next, seq, thread);
-      load_tile<T, Plan::kKeys, D, Plan::kThreads>(sV + (buffer ^ 1) * KVTile::kBytes, V + offset, next, seq, thread);
+      load_tile<T, Plan::kKeys, D, Plan::kThreads>(sK + (buffer ^ 1) * KVTile::kBytes, K + kv_offset, next, seq_k,
+                                                   thread);
+      load_tile<T, Plan::kKeys, D, Plan::kThreads>(sV + (buffer ^ 1) * KVTile::kBytes, V + kv_offset, next, seq_k,
+                                                   thread);
       cp_async_commit();
     }
     const uint32_t sKj = sK + buffer * KVTile::kBytes, sVj = sV + buffer * KVTile::kBytes;
@@ -134,17 +168,19 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_wait<0>();
     pin(s);
 
-    // Scores in log2 units; masked ones (past N, or above the diagonal) -INF. The test is skipped on
-    // interior tiles, where every key exists and every row of the block sees every key.
+    // Scores in log2 units; masked ones (past N_k, or right of the diagonal) -INF. The test is
+    // skipped on interior tiles, where every key exists and every row of the block sees every key.
     const int64_t k0 = int64_t(j) * Plan::kKeys;
-    const bool interior = k0 + Plan::kKeys <= seq && (!causal || k0 + Plan::kKeys - 1 <= q0);
+    const bool interior = k0 + Plan::kKeys <= seq_k && (!causal || k0 + Plan::kKeys - 1 <= q0 + shift);
     float tile_max[2] = {-INFINITY, -INFINITY};
     if (interior) {
 #pragma unroll
       for (int i = 0; i < Plan::kKeys / 2; ++i) s[i] *= scale_log2;
     } else {
-      const int keys_left = int(min(seq - k0, int64_t(Plan::kKeys)));
-      const int diagonal[2] = {int(row[0] - k0), int(row[1] - k0)};  // last visible local key, causal
+      const int keys_left = int(min(seq_k - k0, int64_t(Plan::kKeys)));
+      // The last visible local key of each row (causal), clamped into int range.
+      const int diagonal[2] = {int(max(min(row[0] + shift - k0, int64_t(Plan::kKeys)), int64_t(-1))),
+                               int(max(min(row[1] + shift - k0, int64_t(Plan::kKeys)), int64_t(-1)))};
 #pragma unroll
       for (int c = 0; c < Plan::kKeys / 8; ++c)
 #pragma unroll
@@ -178,6 +214,15 @@ __global__ void __launch_bounds__(256, 1)
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + tile_sum[h];
+    // Dropout after the normaliser: l sums the undropped weights, O the dropped ones.
+    if constexpr (kDropout) {
+#pragma unroll
+      for (int c = 0; c < Plan::kKeys / 8; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          drop_pair(dropout, uint64_t((head * seq + row[h]) * seq_k + k0 + 8 * c + 2 * t), s[4 * c + 2 * h],
+                    s[4 * c + 2 * h + 1]);
+    }
 #pragma unroll
     for (int c = 0; c < D / 8; ++c)
 #pragma unroll
@@ -196,6 +241,8 @@ __global__ void __launch_bounds__(256, 1)
     pin(o);
   }
 
+  cp_async_wait<0>();  // a block that saw no key tile still issued its first loads
+
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -204,13 +251,13 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (row[h] >= seq) continue;
-    const float inverse = 1.0f / l[h];
+    const float inverse = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;  // a row that sees no key: O = 0
     T* out = O + offset + row[h] * D;
 #pragma unroll
     for (int c = 0; c < D / 8; ++c)
       *reinterpret_cast<uint32_t*>(out + 8 * c + 2 * t) =
           pack2<T>(o[4 * c + 2 * h] * inverse, o[4 * c + 2 * h + 1] * inverse);
-    if (t == 0) lse[head * seq + row[h]] = (m[h] + log2f(l[h])) * kLn2;
+    if (t == 0) lse[head * seq + row[h]] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : INFINITY;
   }
 }
 
@@ -238,13 +285,17 @@ struct BackwardPlan {
       2 * kKBytes + 4 * kQBytes + DsTile::kBytes + kDqBytes + 4 * kQueries * 4 + 1024;
 };
 
-// grid (ceil(N/128) key blocks, BH), 256 threads. Adds dQ and dK + dV (unscaled dS) into
-// `accumulator` [BH, N, D] fp32, which the caller zeroed; lse (natural log) and row_dot [BH, N].
-template <class T, int D>
+// grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
+// heads that read its K/V head, so dK and dV sum over the group in registers. Adds dQ into
+// dq_accumulator [BH, N, D] and dK + dV into dkv_accumulator [BG, N_k, D] (fp32, zeroed by the caller;
+// one buffer for self-attention); lse (natural log) and row_dot [BH, N]. kDropout: the mask of
+// `dropout` redrawn per tile, P̃ for dV and dP = dP̃ ∘ Z/(1 − p) for dS.
+template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(256, 1)
     backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                     const T* __restrict__ dO, const float* __restrict__ lse, const float* __restrict__ row_dot,
-                    float* __restrict__ accumulator, int64_t seq, bool causal, float scale, float scale_log2) {
+                    float* dq_accumulator, float* dkv_accumulator, Extents extents, float scale, float scale_log2,
+                    philox::DropoutMask dropout) {
   using Plan = BackwardPlan<D>;
   using KVTile = typename Plan::KVTile;
   using QTile = typename Plan::QTile;
@@ -263,19 +314,26 @@ __global__ void __launch_bounds__(256, 1)
   float* dq_tile = reinterpret_cast<float*>(generic_at(shared_raw, sDq));
   unsigned char* ds_tile = generic_at(shared_raw, sdS);
 
-  const int64_t head = blockIdx.y, k0 = int64_t(blockIdx.x) * Plan::kKeys;
-  const int64_t offset = head * seq * D, row_offset = head * seq;
+  const int64_t seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
+  const bool causal = extents.causal;
+  const int64_t kv_head = blockIdx.y, k0 = int64_t(blockIdx.x) * Plan::kKeys;
+  const int64_t kv_offset = kv_head * seq_k * D;
   const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads;
   const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
   const int key_local[2] = {warpgroup * 64 + warp * 16 + g, warpgroup * 64 + warp * 16 + g + 8};
-  const bool key_inside[2] = {k0 + key_local[0] < seq, k0 + key_local[1] < seq};
+  const bool key_inside[2] = {k0 + key_local[0] < seq_k, k0 + key_local[1] < seq_k};
 
-  // Causal: queries before k0 see none of these keys.
-  const int64_t first_query = causal ? k0 : 0;
-  const int query_tiles = int((seq - first_query + Plan::kQueries - 1) / Plan::kQueries);
+  // Causal: queries i < k0 − shift see none of these keys. Iteration `it` is query tile
+  // it mod tiles_per_head of the group's query head it / tiles_per_head.
+  const int64_t first_query = causal ? max(k0 - shift, int64_t(0)) : 0;
+  const int tiles_per_head =
+      first_query < seq ? int((seq - first_query + Plan::kQueries - 1) / Plan::kQueries) : 0;
+  const int query_tiles = tiles_per_head * extents.group_size;
+  auto query_head = [&](int it) { return kv_head * extents.group_size + it / tiles_per_head; };
+  auto query_start = [&](int it) { return first_query + int64_t(it % tiles_per_head) * Plan::kQueries; };
   auto fetch_query_tile = [&](int it) {
     const int buffer = it & 1;
-    const int64_t q0 = first_query + int64_t(it) * Plan::kQueries;
+    const int64_t q0 = query_start(it), offset = query_head(it) * seq * D, row_offset = query_head(it) * seq;
     load_tile<T, Plan::kQueries, D, Plan::kThreads>(sQ + buffer * Plan::kQBytes, Q + offset, q0, seq, thread);
     load_tile<T, Plan::kQueries, D, Plan::kThreads>(sdO + buffer * Plan::kQBytes, dO + offset, q0, seq, thread);
     if (thread < Plan::kQueries) {
@@ -285,9 +343,9 @@ __global__ void __launch_bounds__(256, 1)
       cp_async_4(sRowDot + (buffer * Plan::kQueries + thread) * 4, row_dot + index, inside);
     }
   };
-  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sK, K + offset, k0, seq, thread);
-  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sV, V + offset, k0, seq, thread);
-  fetch_query_tile(0);
+  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sK, K + kv_offset, k0, seq_k, thread);
+  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sV, V + kv_offset, k0, seq_k, thread);
+  if (query_tiles > 0) fetch_query_tile(0);
   cp_async_commit();
 
   // The threads that reduce dQ into the accumulator: the first 64 of each warpgroup, a row each.
@@ -297,7 +355,7 @@ __global__ void __launch_bounds__(256, 1)
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
   for (int it = 0; it < query_tiles; ++it) {
     const int buffer = it & 1;
-    const int64_t q0 = first_query + int64_t(it) * Plan::kQueries;
+    const int64_t q0 = query_start(it), head = query_head(it), row_offset = head * seq;
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();  // tile it is in shared memory; tile it − 1's buffers are free
@@ -333,9 +391,10 @@ __global__ void __launch_bounds__(256, 1)
     // In 32-bit tile coordinates: query q0 + lq exists when lq < queries_left, and sees key
     // k0 + lk when lk <= lq + diagonal. Interior tiles (every query and key exists, every key is
     // seen by every query) skip the test.
-    const int queries_left = int(min(seq - q0, int64_t(Plan::kQueries))), diagonal = int(q0 - k0);
+    const int queries_left = int(min(seq - q0, int64_t(Plan::kQueries)));
+    const int diagonal = int(max(min(q0 + shift - k0, int64_t(Plan::kKeys)), int64_t(-Plan::kQueries - 1)));
     const bool interior =
-        queries_left == Plan::kQueries && k0 + Plan::kKeys <= seq && (!causal || diagonal >= Plan::kKeys - 1);
+        queries_left == Plan::kQueries && k0 + Plan::kKeys <= seq_k && (!causal || diagonal >= Plan::kKeys - 1);
     if (interior) {
 #pragma unroll
       for (int c = 0; c < 8; ++c)
@@ -355,15 +414,31 @@ __global__ void __launch_bounds__(256, 1)
     }
     wgmma_wait<0>();
     pin(dpt);
+    if constexpr (kDropout) {
+      // dSᵀ = Pᵀ ∘ (dPᵀ ∘ Z/(1 − p) − D), then Pᵀ becomes P̃ᵀ for dV. Consecutive registers here
+      // are consecutive queries, N_k elements apart: one Philox block each.
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t query = q0 + 8 * c + 2 * t + (e & 1);
+          const float factor = dropout.factor(uint64_t((row_offset + query) * seq_k + k0 + key_local[e / 2]));
+          dpt[4 * c + e] = st[4 * c + e] * (dpt[4 * c + e] * factor - row_dot_i[8 * c + 2 * t + (e & 1)]);
+          st[4 * c + e] *= factor;
+        }
+    }
     uint32_t pa[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) as_a_fragment<T>(pa[kk], st, kk);
 
     // dSᵀ = Pᵀ ∘ (dPᵀ − D), D_i = rowsum(dO ∘ O) from the pre-pass over the whole row.
+    if constexpr (!kDropout) {
 #pragma unroll
-    for (int c = 0; c < 8; ++c)
+      for (int c = 0; c < 8; ++c)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dpt[4 * c + e] = st[4 * c + e] * (dpt[4 * c + e] - row_dot_i[8 * c + 2 * t + (e & 1)]);
+        for (int e = 0; e < 4; ++e)
+          dpt[4 * c + e] = st[4 * c + e] * (dpt[4 * c + e] - row_dot_i[8 * c + 2 * t + (e & 1)]);
+    }
     uint32_t dsa[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) as_a_fragment<T>(dsa[kk], dpt, kk);
@@ -425,18 +500,19 @@ __global__ void __launch_bounds__(256, 1)
     if (reducer) {
       const int r = thread % kWarpgroupThreads;
       if (q0 + r < seq)
-        bulk_reduce_add(accumulator + (row_offset + q0 + r) * D + column0,
+        bulk_reduce_add(dq_accumulator + (row_offset + q0 + r) * D + column0,
                         sDq + uint32_t(((part * Plan::kQueries + r) * Plan::kDqLd + column0) * 4), 64 * 4);
       bulk_commit();
     }
   }
   if (reducer) bulk_wait();
+  cp_async_wait<0>();  // a block no query sees still issued its first loads
 
-  // dX rows of this block's keys get dK + dV (other blocks may be adding dQ to the same rows).
+  // dK + dV of this block's keys (with self-attention other blocks may be adding dQ to the same rows).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (!key_inside[h]) continue;
-    float* out = accumulator + (row_offset + k0 + key_local[h]) * D;
+    float* out = dkv_accumulator + (kv_offset / D + k0 + key_local[h]) * D;
 #pragma unroll
     for (int c = 0; c < D / 8; ++c) {
       atomicAdd(out + 8 * c + 2 * t, scale * dk[4 * c + 2 * h] + dv[4 * c + 2 * h]);
@@ -447,44 +523,57 @@ __global__ void __launch_bounds__(256, 1)
 
 // ---- launchers -------------------------------------------------------------------------------------
 
-template <class T, int D>
+template <class T, int D, bool kDropout>
 void forward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    cudaStream_t stream) {
   using Plan = ForwardPlan<D>;
-  check_cuda(cudaFuncSetAttribute(forward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  check_cuda(cudaFuncSetAttribute(forward_kernel<T, D, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Plan::kSharedBytes),
              "cudaFuncSetAttribute(forward_kernel)");
-  forward_kernel<T, D><<<tile_grid(shape, Plan::kQueries), Plan::kThreads, Plan::kSharedBytes, stream>>>(
+  forward_kernel<T, D, kDropout><<<tile_grid(shape, Plan::kQueries), Plan::kThreads, Plan::kSharedBytes, stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
-      shape.seq, shape.causal, shape.scale * kLog2e);
+      Extents::of(shape), shape.scale * kLog2e, shape.dropout);
   check_launch("forward_kernel (wgmma)");
 }
 
-template <class T, int D>
+template <class T, int D, bool kDropout>
 void backward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                    const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream) {
+                    const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
+                    cudaStream_t stream) {
   using Plan = BackwardPlan<D>;
-  check_cuda(cudaFuncSetAttribute(backward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  check_cuda(cudaFuncSetAttribute(backward_kernel<T, D, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Plan::kSharedBytes),
              "cudaFuncSetAttribute(backward_kernel)");
-  backward_kernel<T, D><<<tile_grid(shape, Plan::kKeys), Plan::kThreads, Plan::kSharedBytes, stream>>>(
+  // Key blocks along x, one row of them per K/V head.
+  if (shape.kv_heads_total() > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 K/V heads (B·G)");
+  const dim3 grid(static_cast<unsigned>((shape.seq_k + Plan::kKeys - 1) / Plan::kKeys),
+                  static_cast<unsigned>(shape.kv_heads_total()));
+  backward_kernel<T, D, kDropout><<<grid, Plan::kThreads, Plan::kSharedBytes, stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<const T*>(dO), lse,
-      row_dot, accumulator, shape.seq, shape.causal, shape.scale, shape.scale * kLog2e);
+      row_dot, dq_accumulator, dkv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
   check_launch("backward_kernel (wgmma)");
 }
 
 template <class T>
 void forward_by_dim(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                     cudaStream_t stream) {
-  if (shape.head_dim == 64) return forward_typed<T, 64>(shape, Q, K, V, O, lse, stream);
-  return forward_typed<T, 128>(shape, Q, K, V, O, lse, stream);
+  const bool dropout = shape.dropout.active();
+  if (shape.head_dim == 64)
+    return dropout ? forward_typed<T, 64, true>(shape, Q, K, V, O, lse, stream)
+                   : forward_typed<T, 64, false>(shape, Q, K, V, O, lse, stream);
+  return dropout ? forward_typed<T, 128, true>(shape, Q, K, V, O, lse, stream)
+                 : forward_typed<T, 128, false>(shape, Q, K, V, O, lse, stream);
 }
 
 template <class T>
 void backward_by_dim(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                     const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream) {
-  if (shape.head_dim == 64) return backward_typed<T, 64>(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
-  return backward_typed<T, 128>(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
+                     const float* lse, const float* row_dot, float* dq, float* dkv, cudaStream_t stream) {
+  const bool dropout = shape.dropout.active();
+  if (shape.head_dim == 64)
+    return dropout ? backward_typed<T, 64, true>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream)
+                   : backward_typed<T, 64, false>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
+  return dropout ? backward_typed<T, 128, true>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream)
+                 : backward_typed<T, 128, false>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
 }
 
 }  // namespace
@@ -496,10 +585,11 @@ void flash_forward_wgmma(const LayerShape& shape, const void* Q, const void* K, 
 }
 
 void flash_backward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                          const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream) {
+                          const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
+                          cudaStream_t stream) {
   if (shape.dtype == Dtype::bf16)
-    return backward_by_dim<__nv_bfloat16>(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
-  return backward_by_dim<__half>(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
+    return backward_by_dim<__nv_bfloat16>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
+  return backward_by_dim<__half>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
 }
 
 }  // namespace flashbench::cuda

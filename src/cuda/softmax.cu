@@ -1,5 +1,5 @@
 // Row kernels of the materialising variants (standard, v1, checkpoint): one thread block per row
-// of an [BH, N, N] matrix. Each row is read twice (statistics, then the elementwise pass); the
+// of an [BH, N, N_k] matrix. Each row is read twice (statistics, then the elementwise pass); the
 // second read mostly hits L2, since one row is at most N·2 bytes. Rows whose length is a multiple
 // of 16 bytes are read and written in 16-byte chunks.
 #include <cfloat>
@@ -50,10 +50,17 @@ __device__ float block_sum(float value) {
   return total;
 }
 
-// Columns j < valid_length(i) take part; causal rows see keys j <= i.
-__device__ __forceinline__ int64_t valid_length(int64_t query, int64_t seq, bool causal) {
-  return causal ? query + 1 : seq;
-}
+// The columns row `row` of [BH·N, N_k] sees: j < valid_length; causal rows (bottom-right) see the
+// keys j ≤ i + N_k − N of query i = row mod N, none at all where that is negative.
+struct RowExtent {
+  int64_t seq, seq_k;
+  bool causal;
+  __device__ __forceinline__ int64_t valid_length(int64_t row) const {
+    if (!causal) return seq_k;
+    const int64_t last = row % seq + seq_k - seq;
+    return last < 0 ? 0 : (last + 1 < seq_k ? last + 1 : seq_k);
+  }
+};
 
 // kWidth consecutive elements of a row as floats: one 16-byte access when kWidth > 1 (rows whose
 // length is a multiple of kWidth, so every chunk is aligned and inside its row), else one element.
@@ -87,9 +94,9 @@ struct Chunk {
 // scores/probs: [BH·N rows, N]; row_max/row_sum: [BH·N]. probs may alias scores.
 template <class T, int kWidth>
 __global__ void __launch_bounds__(kRowThreads) softmax_rows_kernel(const T* scores, T* probs, float* row_max,
-                                                                   float* row_sum, int64_t seq, bool causal) {
-  const int64_t row = blockIdx.x;
-  const int64_t length = valid_length(row % seq, seq, causal);
+                                                                   float* row_sum, RowExtent extent) {
+  const int64_t row = blockIdx.x, seq = extent.seq_k;
+  const int64_t length = extent.valid_length(row);
   const T* s = scores + row * seq;
   RowStats stats;
   for (int64_t j = int64_t(threadIdx.x) * kWidth; j < length; j += kRowThreads * kWidth) {
@@ -106,7 +113,7 @@ __global__ void __launch_bounds__(kRowThreads) softmax_rows_kernel(const T* scor
   }
   if (!probs) return;
   T* p = probs + row * seq;
-  const float inverse_sum = 1.0f / stats.sum;
+  const float inverse_sum = stats.sum > 0.0f ? 1.0f / stats.sum : 0.0f;  // a row that sees nothing is 0
   for (int64_t j = int64_t(threadIdx.x) * kWidth; j < seq; j += kRowThreads * kWidth) {
     Chunk<T, kWidth> chunk;
     chunk.load(s + j);
@@ -120,10 +127,10 @@ __global__ void __launch_bounds__(kRowThreads) softmax_rows_kernel(const T* scor
 template <class T, int kWidth>
 __global__ void __launch_bounds__(kRowThreads) probs_from_scores_kernel(const T* scores, const float* row_max,
                                                                         const float* row_sum, T* probs,
-                                                                        int64_t seq, bool causal) {
-  const int64_t row = blockIdx.x;
-  const int64_t length = valid_length(row % seq, seq, causal);
-  const float max = row_max[row], inverse_sum = 1.0f / row_sum[row];
+                                                                        RowExtent extent) {
+  const int64_t row = blockIdx.x, seq = extent.seq_k;
+  const int64_t length = extent.valid_length(row);
+  const float max = row_max[row], inverse_sum = row_sum[row] > 0.0f ? 1.0f / row_sum[row] : 0.0f;
   const T* s = scores + row * seq;
   T* p = probs + row * seq;
   for (int64_t j = int64_t(threadIdx.x) * kWidth; j < seq; j += kRowThreads * kWidth) {
@@ -139,10 +146,9 @@ __global__ void __launch_bounds__(kRowThreads) probs_from_scores_kernel(const T*
 // In the forward pass O_i = Σ_j P_ij V_j with P = softmax(S), so
 // dS_ij = P_ij (dP_ij − Σ_k P_ik dP_ik), the sum running over the whole row (not one tile).
 template <class T, int kWidth>
-__global__ void __launch_bounds__(kRowThreads) softmax_backward_kernel(const T* probs, T* dprobs, int64_t seq,
-                                                                       bool causal) {
-  const int64_t row = blockIdx.x;
-  const int64_t length = valid_length(row % seq, seq, causal);
+__global__ void __launch_bounds__(kRowThreads) softmax_backward_kernel(const T* probs, T* dprobs, RowExtent extent) {
+  const int64_t row = blockIdx.x, seq = extent.seq_k;
+  const int64_t length = extent.valid_length(row);
   const T* p = probs + row * seq;
   T* dp = dprobs + row * seq;
   float partial = 0.0f;
@@ -166,6 +172,45 @@ __global__ void __launch_bounds__(kRowThreads) softmax_backward_kernel(const T* 
   }
 }
 
+// Dropout over [BH·N, N_k] as a flat array, element e = (h·N + i)·N_k + j, one Philox block per four
+// consecutive elements (each thread takes whole blocks): dropped = probs ∘ Z/(1 − p), mask = Z.
+template <class T>
+__global__ void dropout_forward_kernel(const T* probs, T* dropped, unsigned char* mask, int64_t count,
+                                       philox::DropoutMask dropout) {
+  for (int64_t block = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; block * 4 < count;
+       block += int64_t(gridDim.x) * blockDim.x) {
+    const philox::Block words = dropout.block(uint64_t(block) * 4);
+    for (int lane = 0; lane < 4 && block * 4 + lane < count; ++lane) {
+      const int64_t e = block * 4 + lane;
+      const bool kept = words.word[lane] >= dropout.threshold;
+      dropped[e] = from_float<T>(kept ? to_float(probs[e]) * dropout.scale : 0.0f);
+      if (mask) mask[e] = kept ? 1 : 0;
+    }
+  }
+}
+
+// dP = dP̃ ∘ Z/(1 − p), Z from `mask` or, where it is null, redrawn.
+template <class T>
+__global__ void dropout_backward_kernel(const unsigned char* mask, T* dprobs, int64_t count,
+                                        philox::DropoutMask dropout) {
+  for (int64_t block = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; block * 4 < count;
+       block += int64_t(gridDim.x) * blockDim.x) {
+    philox::Block words{};
+    if (!mask) words = dropout.block(uint64_t(block) * 4);
+    for (int lane = 0; lane < 4 && block * 4 + lane < count; ++lane) {
+      const int64_t e = block * 4 + lane;
+      const bool kept = mask ? mask[e] != 0 : words.word[lane] >= dropout.threshold;
+      dprobs[e] = from_float<T>(kept ? to_float(dprobs[e]) * dropout.scale : 0.0f);
+    }
+  }
+}
+
+unsigned element_blocks(int64_t count) {
+  constexpr int64_t kMaxBlocks = 65535 * 4;
+  const int64_t blocks = (count / 4 + kRowThreads) / kRowThreads;
+  return static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
 // Launches kernel<T, width> with 16-byte chunks when every row is a whole number of them.
 template <class T, template <class, int> class Launch, class... Args>
 void launch_by_width(int64_t seq, Args&&... args) {
@@ -175,13 +220,14 @@ void launch_by_width(int64_t seq, Args&&... args) {
 }
 
 unsigned row_count(const LayerShape& shape) { return static_cast<unsigned>(shape.heads_total * shape.seq); }
+RowExtent extent_of(const LayerShape& shape) { return {shape.seq, shape.seq_k, shape.causal}; }
 
 template <class T, int kWidth>
 struct SoftmaxRows {
   static void run(const LayerShape& shape, const void* scores, void* probs, float* row_max, float* row_sum,
                   cudaStream_t stream) {
     softmax_rows_kernel<T, kWidth><<<row_count(shape), kRowThreads, 0, stream>>>(
-        static_cast<const T*>(scores), static_cast<T*>(probs), row_max, row_sum, shape.seq, shape.causal);
+        static_cast<const T*>(scores), static_cast<T*>(probs), row_max, row_sum, extent_of(shape));
   }
 };
 
@@ -190,7 +236,7 @@ struct ProbsFromScores {
   static void run(const LayerShape& shape, const void* scores, const float* row_max, const float* row_sum,
                   void* probs, cudaStream_t stream) {
     probs_from_scores_kernel<T, kWidth><<<row_count(shape), kRowThreads, 0, stream>>>(
-        static_cast<const T*>(scores), row_max, row_sum, static_cast<T*>(probs), shape.seq, shape.causal);
+        static_cast<const T*>(scores), row_max, row_sum, static_cast<T*>(probs), extent_of(shape));
   }
 };
 
@@ -198,7 +244,7 @@ template <class T, int kWidth>
 struct SoftmaxBackward {
   static void run(const LayerShape& shape, const void* probs, void* dprobs, cudaStream_t stream) {
     softmax_backward_kernel<T, kWidth><<<row_count(shape), kRowThreads, 0, stream>>>(
-        static_cast<const T*>(probs), static_cast<T*>(dprobs), shape.seq, shape.causal);
+        static_cast<const T*>(probs), static_cast<T*>(dprobs), extent_of(shape));
   }
 };
 
@@ -207,7 +253,7 @@ struct SoftmaxBackward {
 void softmax_rows(const LayerShape& shape, const void* scores, void* probs, float* row_max, float* row_sum,
                   cudaStream_t stream) {
   dispatch_dtype(shape.dtype, [&](auto tag) {
-    launch_by_width<decltype(tag), SoftmaxRows>(shape.seq, shape, scores, probs, row_max, row_sum, stream);
+    launch_by_width<decltype(tag), SoftmaxRows>(shape.seq_k, shape, scores, probs, row_max, row_sum, stream);
   });
   check_launch("softmax_rows");
 }
@@ -215,16 +261,37 @@ void softmax_rows(const LayerShape& shape, const void* scores, void* probs, floa
 void probs_from_scores(const LayerShape& shape, const void* scores, const float* row_max, const float* row_sum,
                        void* probs, cudaStream_t stream) {
   dispatch_dtype(shape.dtype, [&](auto tag) {
-    launch_by_width<decltype(tag), ProbsFromScores>(shape.seq, shape, scores, row_max, row_sum, probs, stream);
+    launch_by_width<decltype(tag), ProbsFromScores>(shape.seq_k, shape, scores, row_max, row_sum, probs, stream);
   });
   check_launch("probs_from_scores");
 }
 
 void softmax_backward_rows(const LayerShape& shape, const void* probs, void* dprobs, cudaStream_t stream) {
   dispatch_dtype(shape.dtype, [&](auto tag) {
-    launch_by_width<decltype(tag), SoftmaxBackward>(shape.seq, shape, probs, dprobs, stream);
+    launch_by_width<decltype(tag), SoftmaxBackward>(shape.seq_k, shape, probs, dprobs, stream);
   });
   check_launch("softmax_backward_rows");
+}
+
+void dropout_forward(const LayerShape& shape, const void* probs, void* dropped, unsigned char* mask,
+                     cudaStream_t stream) {
+  const int64_t count = shape.heads_total * shape.seq * shape.seq_k;
+  dispatch_dtype(shape.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    dropout_forward_kernel<T><<<element_blocks(count), kRowThreads, 0, stream>>>(
+        static_cast<const T*>(probs), static_cast<T*>(dropped), mask, count, shape.dropout);
+  });
+  check_launch("dropout_forward");
+}
+
+void dropout_backward(const LayerShape& shape, const unsigned char* mask, void* dprobs, cudaStream_t stream) {
+  const int64_t count = shape.heads_total * shape.seq * shape.seq_k;
+  dispatch_dtype(shape.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    dropout_backward_kernel<T><<<element_blocks(count), kRowThreads, 0, stream>>>(mask, static_cast<T*>(dprobs),
+                                                                                   count, shape.dropout);
+  });
+  check_launch("dropout_backward");
 }
 
 }  // namespace flashbench::cuda

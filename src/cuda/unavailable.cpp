@@ -13,6 +13,8 @@ constexpr const char* kNotBuilt =
 
 int device_count() { return 0; }
 
+std::optional<int> compute_capability(int) { return std::nullopt; }
+
 std::optional<int64_t> l2_bytes_of(int) { return std::nullopt; }
 
 std::unique_ptr<Device> open_device(const DeviceOptions&) { throw UsageError(kNotBuilt); }

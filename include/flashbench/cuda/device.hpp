@@ -9,6 +9,9 @@ namespace flashbench::cuda {
 // CUDA devices this binary can use; 0 when built without CUDA, without a driver or without a GPU.
 int device_count();
 
+// The compute capability of GPU `index` as 10·major + minor (90 for Hopper), or nothing without one.
+std::optional<int> compute_capability(int index);
+
 // Why `--impl cudnn` cannot run in this process (built without cuDNN's headers, or the library cannot
 // be loaded at run time), or nothing when cuDNN is there.
 std::optional<std::string> cudnn_missing();
