@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 
 #include "flashbench/errors.hpp"
 #include "flashbench/model.hpp"
@@ -293,6 +294,24 @@ TEST(Presets, KorthikantiGpt3) {
   EXPECT_NEAR(*find_row(preset, "share of a layer's activations selective recompute saves").formula, 70.18, 0.01);
   const PresetRow& selective = find_row(preset, "per-layer activations, selective recompute: 34sbh");
   EXPECT_DOUBLE_EQ(*selective.flashbench, 2 * s * h + 4 * a * s);  // v2 keeps O (fp16) and LSE (fp32): nothing s x s
+}
+
+// The paper's 22B, 530B and 1T models (a, h as in its Table 3; s = 2048): 5as/h = 106.67, 64, 64, and
+// standard with dropout keeps exactly 5as²b at each, at head dim h/a.
+TEST(Presets, KorthikantiOtherModels) {
+  const Preset preset = make_preset("korthikanti", testing::cpu_model(2));
+  const double s = 2048;
+  for (const auto& [name, a, h] : {std::tuple{"22B", 64.0, 6144.0}, std::tuple{"530B", 128.0, 20480.0},
+                                   std::tuple{"1T", 160.0, 25600.0}}) {
+    const std::string tag = std::string(name) + " (a = " + std::to_string(int(a)) + ", h = " + std::to_string(int(h)) + ")";
+    EXPECT_NEAR(*find_row(preset, tag + ": 5as/h").formula, 5 * a * s / h, 1e-9) << name;
+    EXPECT_DOUBLE_EQ(*find_row(preset, tag + ": per-layer activations, no recompute").formula,
+                     s * h * (34 + 5 * a * s / h)) << name;
+    const PresetRow& scores = find_row(preset, tag + ": 5as^2b");
+    EXPECT_DOUBLE_EQ(*scores.flashbench, 5 * a * s * s) << name;
+    EXPECT_DOUBLE_EQ(*find_row(preset, tag + ": selective recompute, 34sbh").flashbench, 2 * s * h + 4 * a * s) << name;
+  }
+  EXPECT_NEAR(*find_row(preset, "22B (a = 64, h = 6144): 5as/h").formula, 106.67, 0.01);
 }
 
 TEST(Presets, Seed000AndSeed003) {

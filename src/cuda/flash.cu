@@ -6,6 +6,7 @@
 namespace flashbench::cuda {
 
 bool flash_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+bool flash_wgmma_supports(int64_t head_dim) { return flash_supports(head_dim) || head_dim == 96; }
 
 namespace {
 
@@ -33,16 +34,15 @@ bool flash_uses_wgmma(Dtype dtype, FlashKernels kernels) {
 }
 
 bool flash_runs(const LayerShape& shape, FlashKernels kernels) {
-  if (!flash_supports(shape.head_dim)) return false;
-  return square_self_attention(shape) || flash_uses_wgmma(shape.dtype, kernels);
+  if (flash_uses_wgmma(shape.dtype, kernels)) return flash_wgmma_supports(shape.head_dim);
+  return flash_supports(shape.head_dim) && square_self_attention(shape);
 }
 
 namespace {
 
 void require_runs(const LayerShape& shape, FlashKernels kernels) {
-  if (!flash_supports(shape.head_dim)) throw RuntimeFailure("v2 on CUDA supports head_dim 64 and 128");
   if (!flash_runs(shape, kernels))
-    throw RuntimeFailure("v2 on CUDA runs G < H, N_k != N and dropout on the wgmma kernels only");
+    throw RuntimeFailure("internal error: v2's kernels do not run this shape (CudaAttention::unsupported says why)");
 }
 
 }  // namespace

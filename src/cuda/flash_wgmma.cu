@@ -104,9 +104,11 @@ struct Extents {
   }
 };
 
-// grid (ceil(N/128), BH), 256 threads; Q, O: [BH, N, D]; K, V: [BG, N_k, D]; lse: [BH, N] (natural
-// log, +∞ for a row that sees no key). kDropout: O = P̃·V with the mask of `dropout`.
-template <class T, int D, bool kDropout>
+// grid (ceil(N/128), BH), 256 threads; Q, O: [BH, N, kDim]; K, V: [BG, N_k, kDim]; lse: [BH, N]
+// (natural log, +∞ for a row that sees no key). The tiles are D wide: a head dim kDim < D is
+// zero-padded in shared memory (d = 96 in 128), which changes no product. kDropout: O = P̃·V with
+// the mask of `dropout`.
+template <class T, int D, int kDim, bool kDropout>
 __global__ void __launch_bounds__(256, 1)
     forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
                    float* __restrict__ lse, Extents extents, float scale_log2, philox::DropoutMask dropout) {
@@ -122,7 +124,7 @@ __global__ void __launch_bounds__(256, 1)
   const int64_t seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
   const bool causal = extents.causal;
   const int64_t head = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * Plan::kQueries;
-  const int64_t offset = head * seq * D, kv_offset = head / extents.group_size * seq_k * D;
+  const int64_t offset = head * seq * kDim, kv_offset = head / extents.group_size * seq_k * kDim;
   const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads;
   const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {q0 + warpgroup * 64 + warp * 16 + g, q0 + warpgroup * 64 + warp * 16 + g + 8};
@@ -131,9 +133,9 @@ __global__ void __launch_bounds__(256, 1)
   // diagonal that starts below them) leaves O = 0.
   const int64_t last_key = causal ? min(q0 + Plan::kQueries - 1 + shift, seq_k - 1) : seq_k - 1;
   const int key_tiles = last_key < 0 ? 0 : int(last_key / Plan::kKeys) + 1;
-  load_tile<T, Plan::kQueries, D, Plan::kThreads>(sQ, Q + offset, q0, seq, thread);
-  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sK, K + kv_offset, 0, seq_k, thread);
-  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sV, V + kv_offset, 0, seq_k, thread);
+  load_tile<T, Plan::kQueries, D, Plan::kThreads, kDim>(sQ, Q + offset, q0, seq, thread);
+  load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sK, K + kv_offset, 0, seq_k, thread);
+  load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sV, V + kv_offset, 0, seq_k, thread);
   cp_async_commit();
 
   float o[D / 2];  // O [64 rows × D] of this warpgroup
@@ -147,9 +149,9 @@ __global__ void __launch_bounds__(256, 1)
     __syncthreads();  // tile j is in shared memory; nobody still reads the other buffer (tile j − 1)
     if (j + 1 < key_tiles) {
       const int64_t next = int64_t(j + 1) * Plan::kKeys;
-      load_tile<T, Plan::kKeys, D, Plan::kThreads>(sK + (buffer ^ 1) * KVTile::kBytes, K + kv_offset, next, seq_k,
+      load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sK + (buffer ^ 1) * KVTile::kBytes, K + kv_offset, next, seq_k,
                                                    thread);
-      load_tile<T, Plan::kKeys, D, Plan::kThreads>(sV + (buffer ^ 1) * KVTile::kBytes, V + kv_offset, next, seq_k,
+      load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sV + (buffer ^ 1) * KVTile::kBytes, V + kv_offset, next, seq_k,
                                                    thread);
       cp_async_commit();
     }
@@ -252,9 +254,9 @@ __global__ void __launch_bounds__(256, 1)
   for (int h = 0; h < 2; ++h) {
     if (row[h] >= seq) continue;
     const float inverse = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;  // a row that sees no key: O = 0
-    T* out = O + offset + row[h] * D;
+    T* out = O + offset + row[h] * kDim;
 #pragma unroll
-    for (int c = 0; c < D / 8; ++c)
+    for (int c = 0; c < kDim / 8; ++c)
       *reinterpret_cast<uint32_t*>(out + 8 * c + 2 * t) =
           pack2<T>(o[4 * c + 2 * h] * inverse, o[4 * c + 2 * h + 1] * inverse);
     if (t == 0) lse[head * seq + row[h]] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : INFINITY;
@@ -288,9 +290,10 @@ struct BackwardPlan {
 // grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
 // heads that read its K/V head, so dK and dV sum over the group in registers. Adds dQ into
 // dq_accumulator [BH, N, D] and dK + dV into dkv_accumulator [BG, N_k, D] (fp32, zeroed by the caller;
-// one buffer for self-attention); lse (natural log) and row_dot [BH, N]. kDropout: the mask of
-// `dropout` redrawn per tile, P̃ for dV and dP = dP̃ ∘ Z/(1 − p) for dS.
-template <class T, int D, bool kDropout>
+// one buffer for self-attention); lse (natural log) and row_dot [BH, N]. Tiles D wide, the head dim
+// kDim ≤ D zero-padded as in the forward kernel. kDropout: the mask of `dropout` redrawn per tile,
+// P̃ for dV and dP = dP̃ ∘ Z/(1 − p) for dS.
+template <class T, int D, int kDim, bool kDropout>
 __global__ void __launch_bounds__(256, 1)
     backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                     const T* __restrict__ dO, const float* __restrict__ lse, const float* __restrict__ row_dot,
@@ -317,7 +320,7 @@ __global__ void __launch_bounds__(256, 1)
   const int64_t seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
   const bool causal = extents.causal;
   const int64_t kv_head = blockIdx.y, k0 = int64_t(blockIdx.x) * Plan::kKeys;
-  const int64_t kv_offset = kv_head * seq_k * D;
+  const int64_t kv_offset = kv_head * seq_k * kDim;
   const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads;
   const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
   const int key_local[2] = {warpgroup * 64 + warp * 16 + g, warpgroup * 64 + warp * 16 + g + 8};
@@ -333,9 +336,9 @@ __global__ void __launch_bounds__(256, 1)
   auto query_start = [&](int it) { return first_query + int64_t(it % tiles_per_head) * Plan::kQueries; };
   auto fetch_query_tile = [&](int it) {
     const int buffer = it & 1;
-    const int64_t q0 = query_start(it), offset = query_head(it) * seq * D, row_offset = query_head(it) * seq;
-    load_tile<T, Plan::kQueries, D, Plan::kThreads>(sQ + buffer * Plan::kQBytes, Q + offset, q0, seq, thread);
-    load_tile<T, Plan::kQueries, D, Plan::kThreads>(sdO + buffer * Plan::kQBytes, dO + offset, q0, seq, thread);
+    const int64_t q0 = query_start(it), offset = query_head(it) * seq * kDim, row_offset = query_head(it) * seq;
+    load_tile<T, Plan::kQueries, D, Plan::kThreads, kDim>(sQ + buffer * Plan::kQBytes, Q + offset, q0, seq, thread);
+    load_tile<T, Plan::kQueries, D, Plan::kThreads, kDim>(sdO + buffer * Plan::kQBytes, dO + offset, q0, seq, thread);
     if (thread < Plan::kQueries) {
       const bool inside = q0 + thread < seq;
       const int64_t index = row_offset + (inside ? q0 + thread : 0);
@@ -343,8 +346,8 @@ __global__ void __launch_bounds__(256, 1)
       cp_async_4(sRowDot + (buffer * Plan::kQueries + thread) * 4, row_dot + index, inside);
     }
   };
-  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sK, K + kv_offset, k0, seq_k, thread);
-  load_tile<T, Plan::kKeys, D, Plan::kThreads>(sV, V + kv_offset, k0, seq_k, thread);
+  load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sK, K + kv_offset, k0, seq_k, thread);
+  load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sV, V + kv_offset, k0, seq_k, thread);
   if (query_tiles > 0) fetch_query_tile(0);
   cp_async_commit();
 
@@ -499,9 +502,12 @@ __global__ void __launch_bounds__(256, 1)
     warpgroup_barrier(warpgroup);
     if (reducer) {
       const int r = thread % kWarpgroupThreads;
-      if (q0 + r < seq)
-        bulk_reduce_add(dq_accumulator + (row_offset + q0 + r) * D + column0,
-                        sDq + uint32_t(((part * Plan::kQueries + r) * Plan::kDqLd + column0) * 4), 64 * 4);
+      // The row piece's columns that exist: 64, or what is left of a padded head dim (96: 64 + 32).
+      constexpr int kFirstPiece = kDim < 64 ? kDim : 64, kSecondPiece = kDim - 64 < 64 ? kDim - 64 : 64;
+      const int piece = Plan::kDqParts == 2 || warpgroup == 0 ? kFirstPiece : kSecondPiece;
+      if (q0 + r < seq && piece > 0)
+        bulk_reduce_add(dq_accumulator + (row_offset + q0 + r) * kDim + column0,
+                        sDq + uint32_t(((part * Plan::kQueries + r) * Plan::kDqLd + column0) * 4), piece * 4);
       bulk_commit();
     }
   }
@@ -512,9 +518,9 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (!key_inside[h]) continue;
-    float* out = dkv_accumulator + (kv_offset / D + k0 + key_local[h]) * D;
+    float* out = dkv_accumulator + (kv_head * seq_k + k0 + key_local[h]) * kDim;
 #pragma unroll
-    for (int c = 0; c < D / 8; ++c) {
+    for (int c = 0; c < kDim / 8; ++c) {
       atomicAdd(out + 8 * c + 2 * t, scale * dk[4 * c + 2 * h] + dv[4 * c + 2 * h]);
       atomicAdd(out + 8 * c + 2 * t + 1, scale * dk[4 * c + 2 * h + 1] + dv[4 * c + 2 * h + 1]);
     }
@@ -523,57 +529,71 @@ __global__ void __launch_bounds__(256, 1)
 
 // ---- launchers -------------------------------------------------------------------------------------
 
-template <class T, int D, bool kDropout>
+template <class T, int D, int kDim, bool kDropout>
 void forward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    cudaStream_t stream) {
   using Plan = ForwardPlan<D>;
-  check_cuda(cudaFuncSetAttribute(forward_kernel<T, D, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  check_cuda(cudaFuncSetAttribute(forward_kernel<T, D, kDim, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Plan::kSharedBytes),
              "cudaFuncSetAttribute(forward_kernel)");
-  forward_kernel<T, D, kDropout><<<tile_grid(shape, Plan::kQueries), Plan::kThreads, Plan::kSharedBytes, stream>>>(
+  forward_kernel<T, D, kDim, kDropout><<<tile_grid(shape, Plan::kQueries), Plan::kThreads, Plan::kSharedBytes, stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
       Extents::of(shape), shape.scale * kLog2e, shape.dropout);
   check_launch("forward_kernel (wgmma)");
 }
 
-template <class T, int D, bool kDropout>
+template <class T, int D, int kDim, bool kDropout>
 void backward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
                     const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
                     cudaStream_t stream) {
   using Plan = BackwardPlan<D>;
-  check_cuda(cudaFuncSetAttribute(backward_kernel<T, D, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  check_cuda(cudaFuncSetAttribute(backward_kernel<T, D, kDim, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Plan::kSharedBytes),
              "cudaFuncSetAttribute(backward_kernel)");
   // Key blocks along x, one row of them per K/V head.
   if (shape.kv_heads_total() > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 K/V heads (B·G)");
   const dim3 grid(static_cast<unsigned>((shape.seq_k + Plan::kKeys - 1) / Plan::kKeys),
                   static_cast<unsigned>(shape.kv_heads_total()));
-  backward_kernel<T, D, kDropout><<<grid, Plan::kThreads, Plan::kSharedBytes, stream>>>(
+  backward_kernel<T, D, kDim, kDropout><<<grid, Plan::kThreads, Plan::kSharedBytes, stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<const T*>(dO), lse,
       row_dot, dq_accumulator, dkv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
   check_launch("backward_kernel (wgmma)");
 }
 
+// The kernels of head dim kDim in tiles D wide, with or without dropout.
+template <class T, int D, int kDim>
+struct ByDropout {
+  static void forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
+                      cudaStream_t stream) {
+    if (shape.dropout.active()) return forward_typed<T, D, kDim, true>(shape, Q, K, V, O, lse, stream);
+    forward_typed<T, D, kDim, false>(shape, Q, K, V, O, lse, stream);
+  }
+  static void backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
+                       const float* lse, const float* row_dot, float* dq, float* dkv, cudaStream_t stream) {
+    if (shape.dropout.active()) return backward_typed<T, D, kDim, true>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
+    backward_typed<T, D, kDim, false>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
+  }
+};
+
+// Head dims 64 and 128 in tiles of their width; 96 padded to 128.
+template <class T, class Body>
+void by_head_dim(int64_t head_dim, Body&& body) {
+  if (head_dim == 64) return body(ByDropout<T, 64, 64>{});
+  if (head_dim == 96) return body(ByDropout<T, 128, 96>{});
+  body(ByDropout<T, 128, 128>{});
+}
+
 template <class T>
 void forward_by_dim(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                     cudaStream_t stream) {
-  const bool dropout = shape.dropout.active();
-  if (shape.head_dim == 64)
-    return dropout ? forward_typed<T, 64, true>(shape, Q, K, V, O, lse, stream)
-                   : forward_typed<T, 64, false>(shape, Q, K, V, O, lse, stream);
-  return dropout ? forward_typed<T, 128, true>(shape, Q, K, V, O, lse, stream)
-                 : forward_typed<T, 128, false>(shape, Q, K, V, O, lse, stream);
+  by_head_dim<T>(shape.head_dim, [&](auto kernels) { kernels.forward(shape, Q, K, V, O, lse, stream); });
 }
 
 template <class T>
 void backward_by_dim(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
                      const float* lse, const float* row_dot, float* dq, float* dkv, cudaStream_t stream) {
-  const bool dropout = shape.dropout.active();
-  if (shape.head_dim == 64)
-    return dropout ? backward_typed<T, 64, true>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream)
-                   : backward_typed<T, 64, false>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
-  return dropout ? backward_typed<T, 128, true>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream)
-                 : backward_typed<T, 128, false>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
+  by_head_dim<T>(shape.head_dim,
+                 [&](auto kernels) { kernels.backward(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream); });
 }
 
 }  // namespace

@@ -292,20 +292,22 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Rows row0..row0+kRows-1 of a [N, kCols] row-major matrix into a SwizzledTile<kRows, kCols> by
-// kThreads threads, 16 bytes per copy (8 elements); rows at or past `seq` are zero-filled. Threads
-// with consecutive indices read consecutive 16-byte chunks of a row.
-template <class T, int kRows, int kCols, int kThreads>
+// Rows row0..row0+kRows-1 of a [N, kWidth] row-major matrix into a SwizzledTile<kRows, kCols> by
+// kThreads threads, 16 bytes per copy (8 elements); rows at or past `seq`, and the columns from
+// kWidth to kCols (a head dim padded to the tile's), are zero-filled. Threads with consecutive
+// indices read consecutive 16-byte chunks of a row.
+template <class T, int kRows, int kCols, int kThreads, int kWidth = kCols>
 __device__ __forceinline__ void load_tile(uint32_t tile, const T* __restrict__ matrix, int64_t row0, int64_t seq,
                                           int thread) {
+  static_assert(kWidth <= kCols && kWidth % 8 == 0, "whole 16-byte chunks of a row no wider than the tile");
   constexpr int kChunksPerRow = kCols / 8;
   static_assert(kRows * kChunksPerRow % kThreads == 0, "every thread copies the same number of chunks");
 #pragma unroll
   for (int i = 0; i < kRows * kChunksPerRow / kThreads; ++i) {
     const int c = thread + i * kThreads;
     const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-    const bool inside = row0 + r < seq;
-    cp_async_16(tile + SwizzledTile<kRows, kCols>::offset(r, col), matrix + (inside ? (row0 + r) * kCols + col : 0),
+    const bool inside = row0 + r < seq && (kWidth == kCols || col < kWidth);
+    cp_async_16(tile + SwizzledTile<kRows, kCols>::offset(r, col), matrix + (inside ? (row0 + r) * kWidth + col : 0),
                 inside);
   }
 }

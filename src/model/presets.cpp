@@ -231,12 +231,14 @@ Preset seed_003(const ModelSource& model) {
 // transformer layer keeps s·b·h·(34 + 5·a·s/h) bytes of activations in 16 bits without
 // recomputation, 5·a·s²·b of them the attention's softmax output P (2 bytes), dropout mask (1) and
 // dropped P (2); selective recomputation recomputes those three and keeps 34·s·b·h. For GPT-3 175B
-// (a = 96, h = 12288, s = 2048) the paper prints 5as/h = 80 against 34.
+// (a = 96, h = 12288, s = 2048) the paper prints 5as/h = 80 against 34; its 22B, 530B and 1T models
+// (Table 3) follow at their own a and h.
 Preset korthikanti(const ModelSource& model) {
   Preset preset;
   preset.name = "korthikanti";
   preset.source = "Korthikanti et al. 2022, \"Reducing Activation Recomputation in Large Transformer Models\": "
-                  "per-layer activations s*b*h*(34 + 5*a*s/h), GPT-3 175B (a = 96, h = 12288, s = 2048), 16-bit";
+                  "per-layer activations s*b*h*(34 + 5*a*s/h), GPT-3 175B (a = 96, h = 12288, s = 2048), 16-bit; then "
+                  "its 22B, 530B and 1T models";
   preset.problem = Problem{.batch = 1, .heads = 96, .seq = 2048, .dropout = 0.1, .head_dim = 128, .layers = 1,
                            .causal = true, .dtype = Dtype::fp16};
   preset.assumptions = "micro-batch b = 1, no tensor parallelism (t = 1), head dim h/a = 128, attention dropout 0.1; "
@@ -273,6 +275,33 @@ Preset korthikanti(const ModelSource& model) {
   row = make_row("checkpoint kept per layer", kNotPrinted, std::nullopt, std::nullopt, "");
   set_flashbench(row, double(m.checkpoint.kept_bytes), "checkpoint: nothing beyond the layer input (the mask redrawn)");
   preset.rows.push_back(row);
+
+  // The paper's other models (its Table 3; s = 2048 for all), at b = 1 and t = 1 as above: the same
+  // formula, and flashbench's standard and v2 at each shape (head dim h/a).
+  struct PaperModel {
+    const char* name;
+    int64_t heads, hidden;
+  };
+  for (const PaperModel& other : {PaperModel{"22B", 64, 6144}, PaperModel{"530B", 128, 20480},
+                                  PaperModel{"1T", 160, 25600}}) {
+    Problem q = p;
+    q.heads = other.heads;
+    q.head_dim = other.hidden / other.heads;
+    const VariantModels mq = model_all(q, model);
+    const double aq = double(other.heads), hq = double(other.hidden), term = 5 * aq * s / hq;
+    const std::string tag = fmt::format("{} (a = {}, h = {})", other.name, other.heads, other.hidden);
+    row = make_row(tag + ": 5as/h", kNotPrinted, term, term, "", "count");
+    preset.rows.push_back(row);
+    row = make_row(tag + ": per-layer activations, no recompute", kNotPrinted, s * b * hq * (34 + term),
+                   s * b * hq * (34 + term), "");
+    preset.rows.push_back(row);
+    row = make_row(tag + ": 5as^2b", kNotPrinted, 5 * aq * s * s * b, 5 * aq * s * s * b, "");
+    set_flashbench(row, double(mq.standard_layer.kept_bytes), "standard with dropout: kept P, mask and P~ per layer");
+    preset.rows.push_back(row);
+    row = make_row(tag + ": selective recompute, 34sbh", kNotPrinted, 34 * s * b * hq, 34 * s * b * hq, "");
+    set_flashbench(row, double(mq.v2_layer.kept_bytes), "v2: kept per layer (O and LSE)");
+    preset.rows.push_back(row);
+  }
   return preset;
 }
 

@@ -61,8 +61,10 @@ void dropout_backward(const LayerShape& shape, const unsigned char* mask, void* 
 
 // --- v2: fused tiled kernels (src/cuda/flash_mma.cu for bf16/fp16, src/cuda/flash_simt.cu for fp32)
 
-// Head dims the fused kernels are compiled for.
+// Head dims every family of fused kernels is compiled for (64, 128), and the wgmma kernels (also 96,
+// zero-padded to 128 in shared memory).
 bool flash_supports(int64_t head_dim);
+bool flash_wgmma_supports(int64_t head_dim);
 
 // Which tensor-core kernels run bf16/fp16: `best` takes wgmma on a Hopper GPU (compute capability
 // 9.0) and mma.sync elsewhere; `mma_sync` keeps the earlier mma.sync kernels everywhere (`v2.mma`,
