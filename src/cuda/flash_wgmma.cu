@@ -326,29 +326,40 @@ __global__ void __launch_bounds__(256, 1)
   const int key_local[2] = {warpgroup * 64 + warp * 16 + g, warpgroup * 64 + warp * 16 + g + 8};
   const bool key_inside[2] = {k0 + key_local[0] < seq_k, k0 + key_local[1] < seq_k};
 
-  // Causal: queries i < k0 − shift see none of these keys. Iteration `it` is query tile
-  // it mod tiles_per_head of the group's query head it / tiles_per_head.
+  // Causal: queries i < k0 − shift see none of these keys. The block walks query tiles
+  // first_query, first_query + 64, … of each of the group's r query heads in turn; a cursor steps
+  // through them (no division per tile: the loop is instruction-bound).
   const int64_t first_query = causal ? max(k0 - shift, int64_t(0)) : 0;
   const int tiles_per_head =
       first_query < seq ? int((seq - first_query + Plan::kQueries - 1) / Plan::kQueries) : 0;
   const int query_tiles = tiles_per_head * extents.group_size;
-  auto query_head = [&](int it) { return kv_head * extents.group_size + it / tiles_per_head; };
-  auto query_start = [&](int it) { return first_query + int64_t(it % tiles_per_head) * Plan::kQueries; };
-  auto fetch_query_tile = [&](int it) {
-    const int buffer = it & 1;
-    const int64_t q0 = query_start(it), offset = query_head(it) * seq * kDim, row_offset = query_head(it) * seq;
+  struct QueryTile {
+    int64_t row_offset;  // head · N: the query head's first row in Q, dO, LSE, D and dQ
+    int64_t q0;          // its first query
+  };
+  auto next_tile = [&](QueryTile tile) {
+    tile.q0 += Plan::kQueries;
+    if (tile.q0 >= seq) {
+      tile.q0 = first_query;
+      tile.row_offset += seq;
+    }
+    return tile;
+  };
+  auto fetch_query_tile = [&](const QueryTile& tile, int buffer) {
+    const int64_t q0 = tile.q0, offset = tile.row_offset * kDim;
     load_tile<T, Plan::kQueries, D, Plan::kThreads, kDim>(sQ + buffer * Plan::kQBytes, Q + offset, q0, seq, thread);
     load_tile<T, Plan::kQueries, D, Plan::kThreads, kDim>(sdO + buffer * Plan::kQBytes, dO + offset, q0, seq, thread);
     if (thread < Plan::kQueries) {
       const bool inside = q0 + thread < seq;
-      const int64_t index = row_offset + (inside ? q0 + thread : 0);
+      const int64_t index = tile.row_offset + (inside ? q0 + thread : 0);
       cp_async_4(sLse + (buffer * Plan::kQueries + thread) * 4, lse + index, inside);
       cp_async_4(sRowDot + (buffer * Plan::kQueries + thread) * 4, row_dot + index, inside);
     }
   };
   load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sK, K + kv_offset, k0, seq_k, thread);
   load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sV, V + kv_offset, k0, seq_k, thread);
-  if (query_tiles > 0) fetch_query_tile(0);
+  QueryTile tile{kv_head * extents.group_size * seq, first_query};
+  if (query_tiles > 0) fetch_query_tile(tile, 0);
   cp_async_commit();
 
   // The threads that reduce dQ into the accumulator: the first 64 of each warpgroup, a row each.
@@ -356,14 +367,14 @@ __global__ void __launch_bounds__(256, 1)
   float dk[D / 2], dv[D / 2];  // this warpgroup's 64 keys × D
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
-  for (int it = 0; it < query_tiles; ++it) {
+  for (int it = 0; it < query_tiles; ++it, tile = next_tile(tile)) {
     const int buffer = it & 1;
-    const int64_t q0 = query_start(it), head = query_head(it), row_offset = head * seq;
+    const int64_t q0 = tile.q0, row_offset = tile.row_offset;
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();  // tile it is in shared memory; tile it − 1's buffers are free
     if (it + 1 < query_tiles) {
-      fetch_query_tile(it + 1);
+      fetch_query_tile(next_tile(tile), buffer ^ 1);
       cp_async_commit();
     }
     const uint32_t sQi = sQ + buffer * Plan::kQBytes, sdOi = sdO + buffer * Plan::kQBytes;
