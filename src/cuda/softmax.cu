@@ -1,6 +1,7 @@
 // Row kernels of the materialising variants (standard, v1, checkpoint): one thread block per row
 // of an [BH, N, N_k] matrix. Each row is read twice (statistics, then the elementwise pass); the
-// second read mostly hits L2, since one row is at most N·2 bytes. Rows whose length is a multiple
+// second read mostly hits L2, since one row is at most N·2 bytes — except in softmax's backward,
+// which keeps rows up to 16K (16 bits) in shared memory. Rows whose length is a multiple
 // of 16 bytes are read and written in 16-byte chunks.
 #include <cfloat>
 
@@ -145,26 +146,37 @@ __global__ void __launch_bounds__(kRowThreads) probs_from_scores_kernel(const T*
 
 // In the forward pass O_i = Σ_j P_ij V_j with P = softmax(S), so
 // dS_ij = P_ij (dP_ij − Σ_k P_ik dP_ik), the sum running over the whole row (not one tile).
-template <class T, int kWidth>
+// kCached: the row's P and dP stay in shared memory between the sum and the write (dynamic shared
+// memory of 2 × N_k elements, rounded up to whole chunks), so each is read from memory once.
+template <class T, int kWidth, bool kCached>
 __global__ void __launch_bounds__(kRowThreads) softmax_backward_kernel(const T* probs, T* dprobs, RowExtent extent) {
+  extern __shared__ uint4 row_cache[];
   const int64_t row = blockIdx.x, seq = extent.seq_k;
   const int64_t length = extent.valid_length(row);
   const T* p = probs + row * seq;
   T* dp = dprobs + row * seq;
+  T* p_cache = reinterpret_cast<T*>(row_cache);
+  T* dp_cache = p_cache + (seq + kWidth - 1) / kWidth * kWidth;
   float partial = 0.0f;
   for (int64_t j = int64_t(threadIdx.x) * kWidth; j < length; j += kRowThreads * kWidth) {
     Chunk<T, kWidth> pc, dpc;
     pc.load(p + j);
     dpc.load(dp + j);
+    if constexpr (kCached) {
+      pc.store(p_cache + j);
+      dpc.store(dp_cache + j);
+    }
 #pragma unroll
     for (int e = 0; e < kWidth; ++e)
       if (j + e < length) partial += pc.value[e] * dpc.value[e];
   }
-  const float row_dot = block_sum(partial);
+  const float row_dot = block_sum(partial);  // its barrier also orders the cache's writes before the reads
   for (int64_t j = int64_t(threadIdx.x) * kWidth; j < seq; j += kRowThreads * kWidth) {
     Chunk<T, kWidth> pc, dpc;
-    pc.load(p + j);
-    dpc.load(dp + j);
+    if (j < length) {  // a chunk past the visible columns is all zeros: nothing to read
+      pc.load(kCached ? p_cache + j : p + j);
+      dpc.load(kCached ? dp_cache + j : dp + j);
+    }
 #pragma unroll
     for (int e = 0; e < kWidth; ++e)
       dpc.value[e] = j + e < length ? pc.value[e] * (dpc.value[e] - row_dot) : 0.0f;
@@ -243,8 +255,20 @@ struct ProbsFromScores {
 template <class T, int kWidth>
 struct SoftmaxBackward {
   static void run(const LayerShape& shape, const void* probs, void* dprobs, cudaStream_t stream) {
-    softmax_backward_kernel<T, kWidth><<<row_count(shape), kRowThreads, 0, stream>>>(
-        static_cast<const T*>(probs), static_cast<T*>(dprobs), extent_of(shape));
+    // Rows whose P and dP fit kMaxRowCacheBytes of shared memory are read once (N_k ≤ 16K in 16 bits);
+    // longer ones twice, the second read mostly from L2.
+    constexpr int kMaxRowCacheBytes = 64 << 10;
+    const int64_t cache_bytes = 2 * ((shape.seq_k + kWidth - 1) / kWidth * kWidth) * int64_t(sizeof(T));
+    if (cache_bytes <= kMaxRowCacheBytes) {
+      static const cudaError_t allowed = cudaFuncSetAttribute(
+          softmax_backward_kernel<T, kWidth, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRowCacheBytes);
+      check_cuda(allowed, "cudaFuncSetAttribute(softmax_backward_kernel)");
+      softmax_backward_kernel<T, kWidth, true><<<row_count(shape), kRowThreads, cache_bytes, stream>>>(
+          static_cast<const T*>(probs), static_cast<T*>(dprobs), extent_of(shape));
+    } else {
+      softmax_backward_kernel<T, kWidth, false><<<row_count(shape), kRowThreads, 0, stream>>>(
+          static_cast<const T*>(probs), static_cast<T*>(dprobs), extent_of(shape));
+    }
   }
 };
 
