@@ -285,6 +285,13 @@ struct BackwardPlan {
   // K, V; two buffers each of Q and dO; dSᵀ; dQ; two buffers each of LSE and D [64] fp32; slack.
   static constexpr int kSharedBytes =
       2 * kKBytes + 4 * kQBytes + DsTile::kBytes + kDqBytes + 4 * kQueries * 4 + 1024;
+  // With dropout, two buffers of a tile's keep flags [64 queries][128 keys], one byte each, rows
+  // padded to 132 bytes (the four queries a warp reads at once then fall in distinct banks).
+  static constexpr int kMaskLd = kKeys + 4;
+  static constexpr int kMaskBytes = 2 * kQueries * kMaskLd;
+  // The Philox blocks (4 elements each) of one query row's 128 keys: 32, or 33 where the row's first
+  // key is not 4-aligned in the flat element index.
+  static constexpr int kMaskBlocksPerRow = kKeys / 4 + 1;
 };
 
 // grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
@@ -314,6 +321,7 @@ __global__ void __launch_bounds__(256, 1)
   const uint32_t sRowDot = sLse + 2 * Plan::kQueries * 4;
   float* lse_tile = reinterpret_cast<float*>(generic_at(shared_raw, sLse));
   float* row_dot_tile = reinterpret_cast<float*>(generic_at(shared_raw, sRowDot));
+  unsigned char* keep_tiles = generic_at(shared_raw, sRowDot + 2 * Plan::kQueries * 4);  // kDropout: [2][64][kMaskLd]
   float* dq_tile = reinterpret_cast<float*>(generic_at(shared_raw, sDq));
   unsigned char* ds_tile = generic_at(shared_raw, sdS);
 
@@ -356,11 +364,35 @@ __global__ void __launch_bounds__(256, 1)
       cp_async_4(sRowDot + (buffer * Plan::kQueries + thread) * 4, row_dot + index, inside);
     }
   };
+  // Dropout: the keep flags of a tile's 64 queries × 128 keys, drawn by the whole block one Philox
+  // block (four consecutive elements of a query row) per work item — a quarter of the draws that
+  // each thread drawing its own elements would make (its elements are N_k apart) — into buffer
+  // `buffer`, for the next tile while this one's products run.
+  auto draw_keep_flags = [&](const QueryTile& tile, int buffer) {
+    unsigned char* keep = keep_tiles + buffer * Plan::kQueries * Plan::kMaskLd;
+    for (int item = thread; item < Plan::kQueries * Plan::kMaskBlocksPerRow; item += Plan::kThreads) {
+      const int query = item / Plan::kMaskBlocksPerRow, block = item % Plan::kMaskBlocksPerRow;
+      const uint64_t first = uint64_t((tile.row_offset + tile.q0 + query) * seq_k + k0);  // the row's key k0
+      const uint64_t block_start = (first / 4 + uint64_t(block)) * 4;
+      if (block_start >= first + Plan::kKeys) continue;  // an aligned row needs 32 blocks, not 33
+      const philox::Block words = dropout.block(block_start);
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const int64_t key = int64_t(block_start + w) - int64_t(first);
+        if (key >= 0 && key < Plan::kKeys)
+          keep[query * Plan::kMaskLd + key] = word_at(words, w) >= dropout.threshold ? 1 : 0;
+      }
+    }
+  };
+
   load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sK, K + kv_offset, k0, seq_k, thread);
   load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sV, V + kv_offset, k0, seq_k, thread);
   QueryTile tile{kv_head * extents.group_size * seq, first_query};
   if (query_tiles > 0) fetch_query_tile(tile, 0);
   cp_async_commit();
+  if constexpr (kDropout) {
+    if (query_tiles > 0) draw_keep_flags(tile, 0);  // read after the first tile's barrier
+  }
 
   // The threads that reduce dQ into the accumulator: the first 64 of each warpgroup, a row each.
   const bool reducer = thread % kWarpgroupThreads < Plan::kQueries;
@@ -398,6 +430,12 @@ __global__ void __launch_bounds__(256, 1)
       Wgmma<T, 64>::template ss<0, 0>(dpt, advance(v_desc, k_major_step<KVTile>(kk)),
                                       advance(do_desc, k_major_step<QTile>(kk)), kk > 0);
     wgmma_commit();
+    if constexpr (kDropout) {
+      // The next tile's flags while the products run: its buffer was last read in the previous
+      // iteration, before this one's first barrier; the next iteration's first barrier orders these
+      // writes before its reads.
+      if (it + 1 < query_tiles) draw_keep_flags(next_tile(tile), buffer ^ 1);
+    }
     wgmma_wait<1>();
     pin(st);
 
@@ -429,14 +467,14 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_wait<0>();
     pin(dpt);
     if constexpr (kDropout) {
-      // dSᵀ = Pᵀ ∘ (dPᵀ ∘ Z/(1 − p) − D), then Pᵀ becomes P̃ᵀ for dV. Consecutive registers here
-      // are consecutive queries, N_k elements apart: one Philox block each.
+      // dSᵀ = Pᵀ ∘ (dPᵀ ∘ Z/(1 − p) − D), then Pᵀ becomes P̃ᵀ for dV, Z from the tile's flags.
+      const unsigned char* keep = keep_tiles + buffer * Plan::kQueries * Plan::kMaskLd;
 #pragma unroll
       for (int c = 0; c < 8; ++c)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int64_t query = q0 + 8 * c + 2 * t + (e & 1);
-          const float factor = dropout.factor(uint64_t((row_offset + query) * seq_k + k0 + key_local[e / 2]));
+          const int local_query = 8 * c + 2 * t + (e & 1);
+          const float factor = keep[local_query * Plan::kMaskLd + key_local[e / 2]] ? dropout.scale : 0.0f;
           dpt[4 * c + e] = st[4 * c + e] * (dpt[4 * c + e] * factor - row_dot_i[8 * c + 2 * t + (e & 1)]);
           st[4 * c + e] *= factor;
         }
@@ -558,14 +596,15 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
                     const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
                     cudaStream_t stream) {
   using Plan = BackwardPlan<D>;
+  constexpr int kSharedBytes = Plan::kSharedBytes + (kDropout ? Plan::kMaskBytes : 0);
   check_cuda(cudaFuncSetAttribute(backward_kernel<T, D, kDim, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  Plan::kSharedBytes),
+                                  kSharedBytes),
              "cudaFuncSetAttribute(backward_kernel)");
   // Key blocks along x, one row of them per K/V head.
   if (shape.kv_heads_total() > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 K/V heads (B·G)");
   const dim3 grid(static_cast<unsigned>((shape.seq_k + Plan::kKeys - 1) / Plan::kKeys),
                   static_cast<unsigned>(shape.kv_heads_total()));
-  backward_kernel<T, D, kDim, kDropout><<<grid, Plan::kThreads, Plan::kSharedBytes, stream>>>(
+  backward_kernel<T, D, kDim, kDropout><<<grid, Plan::kThreads, kSharedBytes, stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<const T*>(dO), lse,
       row_dot, dq_accumulator, dkv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
   check_launch("backward_kernel (wgmma)");
