@@ -54,16 +54,6 @@ __device__ __forceinline__ uint32_t word_at(const philox::Block& words, int lane
   return lane == 0 ? words.word[0] : lane == 1 ? words.word[1] : lane == 2 ? words.word[2] : words.word[3];
 }
 
-// Dropout on two consecutive elements e, e + 1 of the layer's [BH, N, N_k] weights: each multiplied by
-// 1/(1 − p) where kept, 0 where dropped (philox.hpp); one Philox block unless the pair straddles two.
-__device__ __forceinline__ void drop_pair(const philox::DropoutMask& mask, uint64_t e, float& first, float& second) {
-  const philox::Block words = mask.block(e);
-  const int lane = int(e % 4);
-  first *= word_at(words, lane) >= mask.threshold ? mask.scale : 0.0f;
-  const uint32_t next = lane < 3 ? word_at(words, lane + 1) : mask.block(e + 1).word[0];
-  second *= next >= mask.threshold ? mask.scale : 0.0f;
-}
-
 // Barrier of the 128 threads of one warpgroup (ids 1 and 2; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
   if (warpgroup == 0)
@@ -91,6 +81,11 @@ struct ForwardPlan {
   using KVTile = SwizzledTile<kKeys, D>;
   // Q; K and V, two buffers each; slack to reach the first 1024-byte boundary.
   static constexpr int kSharedBytes = QTile::kBytes + 4 * KVTile::kBytes + 1024;
+  // With dropout, two buffers of a tile's keep flags [128 queries][128 keys], a byte each, rows
+  // padded to 132 bytes; a query row's 128 keys span 32 or 33 Philox blocks.
+  static constexpr int kMaskLd = kKeys + 4;
+  static constexpr int kMaskBytes = 2 * kQueries * kMaskLd;
+  static constexpr int kMaskBlocksPerRow = kKeys / 4 + 1;
 };
 
 // What the kernels need of a layer beyond its tensors (kernels.hpp's LayerShape, in kernel arguments).
@@ -128,6 +123,28 @@ __global__ void __launch_bounds__(256, 1)
   const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads;
   const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {q0 + warpgroup * 64 + warp * 16 + g, q0 + warpgroup * 64 + warp * 16 + g + 8};
+  unsigned char* keep_tiles = generic_at(shared_raw, sV + 2 * KVTile::kBytes);  // kDropout: [2][128][kMaskLd]
+
+  // Dropout: the keep flags of key tile `j` for the block's 128 queries, drawn by the whole block
+  // one Philox block (four consecutive keys of a query row) per work item, half the draws of each
+  // thread drawing its own pairs of keys.
+  auto draw_keep_flags = [&](int j, int buffer) {
+    unsigned char* keep = keep_tiles + buffer * Plan::kQueries * Plan::kMaskLd;
+    const int64_t k0 = int64_t(j) * Plan::kKeys;
+    for (int item = thread; item < Plan::kQueries * Plan::kMaskBlocksPerRow; item += Plan::kThreads) {
+      const int query = item / Plan::kMaskBlocksPerRow, block = item % Plan::kMaskBlocksPerRow;
+      const uint64_t first = uint64_t((head * seq + q0 + query) * seq_k + k0);  // the row's key k0
+      const uint64_t block_start = (first / 4 + uint64_t(block)) * 4;
+      if (block_start >= first + Plan::kKeys) continue;  // an aligned row needs 32 blocks, not 33
+      const philox::Block words = dropout.block(block_start);
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const int64_t key = int64_t(block_start + w) - int64_t(first);
+        if (key >= 0 && key < Plan::kKeys)
+          keep[query * Plan::kMaskLd + key] = word_at(words, w) >= dropout.threshold ? 1 : 0;
+      }
+    }
+  };
 
   // The last key any row of the block sees; none at all (a block of rows above a bottom-right
   // diagonal that starts below them) leaves O = 0.
@@ -137,6 +154,9 @@ __global__ void __launch_bounds__(256, 1)
   load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sK, K + kv_offset, 0, seq_k, thread);
   load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sV, V + kv_offset, 0, seq_k, thread);
   cp_async_commit();
+  if constexpr (kDropout) {
+    if (key_tiles > 0) draw_keep_flags(0, 0);  // read after the first tile's barrier
+  }
 
   float o[D / 2];  // O [64 rows × D] of this warpgroup
 #pragma unroll
@@ -167,6 +187,11 @@ __global__ void __launch_bounds__(256, 1)
       Wgmma<T, Plan::kKeys>::template ss<0, 0>(s, advance(q_desc, k_major_step<QTile>(kk)),
                                                 advance(k_desc, k_major_step<KVTile>(kk)), kk > 0);
     wgmma_commit();
+    if constexpr (kDropout) {
+      // The next tile's flags while S is on the tensor cores (the buffer was last read before this
+      // iteration's barrier; the next one's barrier orders these writes before its reads).
+      if (j + 1 < key_tiles) draw_keep_flags(j + 1, buffer ^ 1);
+    }
     wgmma_wait<0>();
     pin(s);
 
@@ -218,12 +243,13 @@ __global__ void __launch_bounds__(256, 1)
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + tile_sum[h];
     // Dropout after the normaliser: l sums the undropped weights, O the dropped ones.
     if constexpr (kDropout) {
+      const unsigned char* keep = keep_tiles + buffer * Plan::kQueries * Plan::kMaskLd;
+      const int local_row[2] = {warpgroup * 64 + warp * 16 + g, warpgroup * 64 + warp * 16 + g + 8};
 #pragma unroll
       for (int c = 0; c < Plan::kKeys / 8; ++c)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          drop_pair(dropout, uint64_t((head * seq + row[h]) * seq_k + k0 + 8 * c + 2 * t), s[4 * c + 2 * h],
-                    s[4 * c + 2 * h + 1]);
+        for (int e = 0; e < 4; ++e)
+          s[4 * c + e] *= keep[local_row[e / 2] * Plan::kMaskLd + 8 * c + 2 * t + (e & 1)] ? dropout.scale : 0.0f;
     }
 #pragma unroll
     for (int c = 0; c < D / 8; ++c)
@@ -582,10 +608,11 @@ template <class T, int D, int kDim, bool kDropout>
 void forward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    cudaStream_t stream) {
   using Plan = ForwardPlan<D>;
+  constexpr int kSharedBytes = Plan::kSharedBytes + (kDropout ? Plan::kMaskBytes : 0);
   check_cuda(cudaFuncSetAttribute(forward_kernel<T, D, kDim, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  Plan::kSharedBytes),
+                                  kSharedBytes),
              "cudaFuncSetAttribute(forward_kernel)");
-  forward_kernel<T, D, kDim, kDropout><<<tile_grid(shape, Plan::kQueries), Plan::kThreads, Plan::kSharedBytes, stream>>>(
+  forward_kernel<T, D, kDim, kDropout><<<tile_grid(shape, Plan::kQueries), Plan::kThreads, kSharedBytes, stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
       Extents::of(shape), shape.scale * kLog2e, shape.dropout);
   check_launch("forward_kernel (wgmma)");
