@@ -79,7 +79,7 @@ TEST(Philox, FactorRunsEqualSingleDraws) {
 
 struct LayerResult {
   std::vector<float> O, dQ, dK, dV;
-  std::vector<uint8_t> mask;  // standard's kept Z, when it keeps one
+  std::vector<uint8_t> mask = {};  // standard's kept Z, when it keeps one
 };
 
 // One layer through the CPU kernels: Q [BH,N,d], K, V [BH/r,Nk,d], dropout p with seed and offset.

@@ -6,12 +6,15 @@
 // `not checked`, never passed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "flashbench/errors.hpp"
 #include "flashbench/harness/reference.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/harness/stack.hpp"
+#include "flashbench/report.hpp"
 
 namespace flashbench {
 namespace {
@@ -46,7 +49,10 @@ class FakeDevice final : public Device {
   void annotate(Row& row) const override { row.device = "fake"; }
 };
 
-enum class Behaviour { correct, wrong, unsupported, greedy, throws, nan };
+// nondeterministic: right to the last bit in the first pass (its first L forward calls), one ulp off in
+// one element after
+// (as a kernel whose atomics add in another order).
+enum class Behaviour { correct, wrong, unsupported, greedy, throws, nan, nondeterministic };
 
 // Computes the layer with the float64 reference itself (so its answers are right by construction),
 // or misbehaves as asked.
@@ -73,6 +79,8 @@ class FakeImplementation final : public Implementation {
     for (size_t e = 0; e < r.O.size(); ++e) out[e] = float(r.O[e]) + (behaviour_ == Behaviour::wrong ? 0.01f : 0.0f);
     // One NaN at b = 0, h = 1, n = 3, k = 2 (H = 2, N = 13, d = 4).
     if (behaviour_ == Behaviour::nan) out[(1 * 13 + 3) * 4 + 2] = std::numeric_limits<float>::quiet_NaN();
+    if (behaviour_ == Behaviour::nondeterministic && forward_calls > call.problem.layers)
+      out[5] = std::nextafter(out[5], 2.0f);
   }
   void backward(LayerCall& call, const void* X, const void*, Gradient dO, KeptTensors&, void* dX) override {
     const LayerReference r = layer(call.problem, X, static_cast<const float*>(dO.data));
@@ -212,6 +220,50 @@ TEST(Harness, SwitchedOffCheckSaysNothing) {
   EXPECT_EQ(rows[0].status, Status::ok);
   EXPECT_FALSE(rows[0].check.has_value());
   EXPECT_TRUE(rows[0].not_checked.empty());
+}
+
+// Each row says what its inputs were and whether the measured computation gives the same bits twice.
+TEST(Harness, RowsRecordInputsAndWhetherResultsRepeat) {
+  FakeDevice device;
+  FakeImplementation correct("correct", Behaviour::correct), drifting("drifting", Behaviour::nondeterministic),
+      unsupported("unsupported", Behaviour::unsupported), throws("throws", Behaviour::throws);
+  RunOptions options = quick();
+  options.seed = 7;
+  const std::vector<Row> rows = run(device, small_problem(), {&correct, &drifting, &unsupported, &throws}, options);
+
+  ASSERT_TRUE(rows[0].reproducibility.has_value());
+  const Reproducibility& first = *rows[0].reproducibility;
+  EXPECT_EQ(first.seed, 7u);
+  EXPECT_EQ(first.inputs_hash.size(), 16u);
+  EXPECT_EQ(first.results_hash.size(), 16u);
+  EXPECT_EQ(first.deterministic, true);
+  for (const std::string& warning : row_warnings(rows[0])) EXPECT_EQ(warning.find("deterministic"), std::string::npos);
+
+  // Same inputs, and (its first pass being right) the same results, but not the same bits twice.
+  EXPECT_EQ(rows[1].status, Status::ok) << rows[1].reason;
+  ASSERT_TRUE(rows[1].reproducibility.has_value());
+  EXPECT_EQ(rows[1].reproducibility->inputs_hash, first.inputs_hash);
+  EXPECT_EQ(rows[1].reproducibility->results_hash, first.results_hash);
+  EXPECT_EQ(rows[1].reproducibility->deterministic, false);
+  const std::vector<std::string> warnings = row_warnings(rows[1]);
+  EXPECT_TRUE(std::any_of(warnings.begin(), warnings.end(),
+                          [](const std::string& w) { return w.find("not deterministic") == 0; }));
+
+  EXPECT_FALSE(rows[2].reproducibility.has_value());  // skipped: never ran
+  ASSERT_TRUE(rows[3].reproducibility.has_value());   // failed at its first forward: inputs known, nothing else
+  EXPECT_EQ(rows[3].reproducibility->inputs_hash, first.inputs_hash);
+  EXPECT_TRUE(rows[3].reproducibility->results_hash.empty());
+  EXPECT_FALSE(rows[3].reproducibility->deterministic.has_value());
+
+  // Another seed, other inputs and results; the same seed again, the same ones.
+  options.seed = 8;
+  const std::vector<Row> other = run(device, small_problem(), {&correct}, options);
+  EXPECT_NE(other[0].reproducibility->inputs_hash, first.inputs_hash);
+  EXPECT_NE(other[0].reproducibility->results_hash, first.results_hash);
+  options.seed = 7;
+  const std::vector<Row> again = run(device, small_problem(), {&correct}, options);
+  EXPECT_EQ(again[0].reproducibility->inputs_hash, first.inputs_hash);
+  EXPECT_EQ(again[0].reproducibility->results_hash, first.results_hash);
 }
 
 }  // namespace

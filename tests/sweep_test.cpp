@@ -114,6 +114,8 @@ TEST(SweepFile, ErrorsNameTheFileAndTheKey) {
   EXPECT_EQ(usage_message([] { parse_sweep_json(R"({"seq": "0,4"})", "f.json"); }), "f.json: seq: '0' must be positive");
   EXPECT_EQ(usage_message([] { parse_sweep_json(R"({"sampling": {"noise": 1}})", "f.json"); }),
             "f.json: unknown key 'sampling.noise'");
+  EXPECT_EQ(usage_message([] { parse_sweep_json(R"({"seq": 16, "seq_q": 32})", "f.json"); }),
+            "f.json: seq and seq_q both set N: give one");
   EXPECT_NE(usage_message([] { parse_sweep_json("{", "f.json"); }).find("f.json: not valid JSON"), std::string::npos);
   EXPECT_EQ(usage_message([] { load_sweep_file("/nonexistent/x.json"); }), "--config: cannot read '/nonexistent/x.json'");
 }

@@ -2,6 +2,7 @@
 // NumPy .npy files (format 1.0-3.0): read float32/float64 C-order arrays, write float32.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace flashbench {
@@ -14,6 +15,8 @@ struct NpyArray {
 // Throws UsageError naming the file when it is missing, not a .npy file, Fortran-ordered, or of a
 // dtype other than little-endian float32/float64.
 NpyArray read_npy(const std::string& path);
+// The same from the file's bytes; `path` names it in errors.
+NpyArray parse_npy(std::string_view bytes, std::string_view path);
 
 // The bytes of a float32 .npy file holding `data` with `shape`.
 std::string encode_npy(const std::vector<int64_t>& shape, const std::vector<float>& data);

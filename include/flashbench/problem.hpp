@@ -62,7 +62,12 @@ struct Problem {
   // The axes beyond B, H, N, d, L, causal and dtype that differ from square self-attention without
   // dropout, e.g. "G=2 Nk=8192 expand-kv dropout=0.1"; empty when none does.
   std::string workload() const;
+
+  // A conservative size of the largest term of any variant's memory, in double: below
+  // kMaxProblemBytes every byte count of the problem fits int64, with room for workspace terms. [bytes]
+  double rough_upper_bound_bytes() const;
 };
+inline constexpr double kMaxProblemBytes = 4.0e18;
 
 // Whether two problems are the same workload: every axis equal, G and N_k compared as resolved (an
 // N_k of 0 is N), expand_kv only where it repeats anything.
@@ -76,7 +81,9 @@ inline constexpr int64_t kMaxLayers = 4096;
 
 inline constexpr double kMaxDropout = 0.999;  // p = 1 drops everything: no gradient to measure
 
-// Throws UsageError naming the first axis out of range, a G that does not divide H, or a p outside [0, 1).
+// Throws UsageError naming the first axis out of range, a G that does not divide H, or a p outside
+// [0, 1); or saying the problem is too large when its axes are each in range but its tensors are past
+// what 64-bit byte counts hold.
 void validate(const Problem& problem);
 
 }  // namespace flashbench

@@ -57,6 +57,11 @@ struct ResultsFile {
   bool cut_last_line = false;
 };
 ResultsFile read_results_file(const std::string& path);  // throws RuntimeFailure / UsageError
+// The same from the file's text: `lines` for the .jsonl form; `path` names it in errors.
+ResultsFile parse_results(std::string_view text, bool lines, std::string_view path);
+// A file of another schema version would be misread key by key: a UsageError naming it, unless the
+// file names none (an older flashbench) or ours. `merge` instead compares its inputs' versions.
+void require_our_schema(const ResultsFile& file, std::string_view path);
 
 class Reporter {
  public:
@@ -81,5 +86,9 @@ inline constexpr std::string_view kReportFormats = "table, json, jsonl, csv, md"
 // Writes `contents` to a temporary file next to `path`, then renames it over `path`, so a reader
 // never sees half a file. Throws RuntimeFailure and leaves nothing behind on error.
 void write_file_atomically(const std::string& path, const std::string& contents);
+// Fails before any work where write_file_atomically(path) would fail at the end of it: a directory
+// (UsageError), a folder that is missing or refuses a new file (RuntimeFailure). A pipe or a device
+// passes (it is opened when written).
+void check_writable(const std::string& path);
 
 }  // namespace flashbench

@@ -1,6 +1,7 @@
 #pragma once
 // One benchmark row: an implementation of a variant running on a device on a problem, what it
 // measured and how it went. Reporters (table, json, ...) read rows; the harness fills them.
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -48,6 +49,19 @@ struct Check {
   bool passed() const { return max_rel_err <= tolerance; }
 };
 
+// Whether a row's numbers can be had again: what its inputs were and whether the computation gives
+// the same bits twice. Hashes are 64-bit FNV-1a over the float values of the tensors as stored, in
+// 16 hexadecimal digits.
+struct Reproducibility {
+  uint64_t seed = 0;          // the run's --seed (each problem's inputs come from it and the problem)
+  double input_scale = 1;     // X_0 was multiplied by this (--input-scale)
+  std::string inputs_hash;    // input set 0: X_0 then dO
+  std::string results_hash;   // the measured pass: X_L then dX_0
+  // A second pass on input set 0 gave X_L and dX_0 bit for bit again; empty when the row ended
+  // before that pass.
+  std::optional<bool> deterministic;
+};
+
 struct Row {
   std::string backend = "cpu";           // the device
   Variant variant = Variant::standard;
@@ -61,6 +75,10 @@ struct Row {
   std::optional<ModelledMemory> model;
   std::optional<Check> check;
   std::string not_checked;              // why nothing was compared, when check is empty and a check was asked for
+  std::optional<Reproducibility> reproducibility;  // empty for rows that did not run
+  // Numerical hazards of the problem's inputs, named (fp16 logits beyond its range); each is also a
+  // warning under the row.
+  std::vector<std::string> hazards;
   int threads = 0;                      // CPU threads used
   bool cold = false;                    // the device's caches were flushed before every pass (--cold)
   int64_t row_block = 0, col_block = 0; // kernel tile [rows of Q, rows of K/V]; 0 when not tiled

@@ -56,8 +56,10 @@ struct SweepSpec {
 // Every combination of the axes, in a fixed order: dtype, causal, batch, heads, kv_heads, head_dim,
 // layers, dropout, expand_kv (false, then true where G < H), seq_k outermost, then seq innermost, so
 // one scaling curve in N runs consecutively. Variants are not an
-// axis of the product: a backend runs all of them on each problem. Each problem is validated.
+// axis of the product: a backend runs all of them on each problem. Each problem is validated; more
+// than kMaxConfigurations of them is a UsageError.
 std::vector<Problem> expand(const SweepSpec& spec);
+inline constexpr uint64_t kMaxConfigurations = 65536;
 
 // A JSON object with optional keys: description, batch, heads, kv_heads, seq (or seq_q), seq_k,
 // head_dim, layers (an integer, a list of integers, or a list/range string as parse_int_list takes),

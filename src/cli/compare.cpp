@@ -29,12 +29,15 @@ int run_compare(const CompareFlags& flags) {
   if (flags.baseline) {
     if (flags.files.size() != 1) throw UsageError("compare --baseline VARIANT takes one results file");
     const ResultsFile file = read_results_file(flags.files[0]);
+    require_our_schema(file, flags.files[0]);
     comparison = compare_to_baseline(file.rows, *flags.baseline, flags.options);
     comparison.b_name = flags.files[0];
   } else {
     if (flags.files.size() != 2) throw UsageError("compare takes two results files (or --baseline VARIANT and one)");
     const ResultsFile a = read_results_file(flags.files[0]);
     const ResultsFile b = read_results_file(flags.files[1]);
+    require_our_schema(a, flags.files[0]);
+    require_our_schema(b, flags.files[1]);
     comparison = compare_runs(a.rows, b.rows, flags.options);
     comparison.a_name = flags.files[0];
     comparison.b_name = flags.files[1];

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -42,6 +43,7 @@ struct RunFlags {
   std::optional<std::string> out;
   std::optional<std::string> mem_limit;
   uint64_t seed = RunOptions{}.seed;
+  double input_scale = 1;
   bool no_check = false;
   double check_budget_gflop = RunOptions{}.reference_flop_budget / 1e9;
   bool cold = false;
@@ -86,6 +88,7 @@ nlohmann::ordered_json ceilings_json(const PeakReport& peak, const std::string& 
 class Destination {
  public:
   Destination(const std::optional<std::string>& path, std::string_view format, bool resumed) : path_(path) {
+    if (path_) check_writable(*path_);  // before the sweep, not after it
     if (!path_ || format != "jsonl") return;
     stream_path_ = *path_;
     if (resumed) {
@@ -144,6 +147,7 @@ std::optional<ResultsFile> earlier_results(const std::string& path, const SweepR
   if (!fs::is_regular_file(status)) throw UsageError(fmt::format("--resume: '{}' is not a regular file", path));
   ResultsFile file = read_results_file(path);
   if (file.meta.is_null() && file.rows.empty()) return std::nullopt;
+  require_our_schema(file, path);
   const std::optional<SweepRecord> earlier = sweep_record_of(file.meta, path);
   if (!earlier)
     throw UsageError(fmt::format("--resume: '{}' records no sweep (an older flashbench wrote it); not resuming into it", path));
@@ -239,6 +243,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   RunOptions options;
   options.sampling = spec.sampling;
   options.seed = flags.seed;
+  options.input_scale = flags.input_scale;
   options.check = !flags.no_check;
   options.reference_flop_budget = flags.check_budget_gflop * 1e9;
   options.cold = flags.cold;
@@ -397,7 +402,11 @@ void register_run(CLI::App& app) {
   optional_string("--out,-o", flags->out, "Write the report to this file (atomically)");
   optional_string("--mem-limit", flags->mem_limit,
                   "Memory budget, e.g. 8GiB (default: what the device has free: MemAvailable, the GPU's free memory)");
-  sub->add_option("--seed", flags->seed, "Seed of the random inputs")->capture_default_str();
+  sub->add_option("--seed", flags->seed, "Seed of the random inputs")->check(CLI::NonNegativeNumber)->capture_default_str();
+  sub->add_option_function<double>("--input-scale", [flags](double value) {
+    if (!(value > 0 && std::isfinite(value))) throw UsageError(fmt::format("--input-scale must be a positive number (got {})", value));
+    flags->input_scale = value;
+  }, "Multiply the random inputs X_0 and C by this (default 1): the logits grow as its square, to probe fp16's range");
   sub->add_flag("--no-check", flags->no_check, "Skip comparing outputs and gradients with the float64 reference");
   sub->add_option_function<double>("--check-budget", [flags](double value) {
     if (!(value >= 0)) throw UsageError(fmt::format("--check-budget must be 0 or more GFLOP (got {})", value));

@@ -1,6 +1,8 @@
 #include "flashbench/npy.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -18,11 +20,22 @@ constexpr size_t kMagicLength = 6;
 }  // namespace
 
 NpyArray read_npy(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) throw UsageError(fmt::format("'{}' is a directory, not a .npy file", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(fmt::format("cannot open '{}'", path));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw UsageError(fmt::format("cannot read '{}'", path));
+  return parse_npy(bytes, path);
+}
+
+NpyArray parse_npy(std::string_view bytes, std::string_view path) {
+  // The reason may quote the header: its control characters become '?', so the error stays one line.
   const auto malformed = [&](std::string_view why) {
-    return UsageError(fmt::format("'{}' is not a valid .npy file: {}", path, why));
+    std::string printable(why);
+    for (char& c : printable)
+      if (static_cast<unsigned char>(c) < 0x20) c = '?';
+    return UsageError(fmt::format("'{}' is not a valid .npy file: {}", path, printable));
   };
   if (bytes.size() < 10 || bytes.compare(0, kMagicLength, kMagic, kMagicLength) != 0)
     throw malformed("missing the \\x93NUMPY magic");
@@ -41,7 +54,7 @@ NpyArray read_npy(const std::string& path) {
     throw malformed(fmt::format("unsupported format version {}", major));
   }
   if (header_start + header_length > bytes.size()) throw malformed("truncated header");
-  const std::string header = bytes.substr(header_start, header_length);
+  const std::string header(bytes.substr(header_start, header_length));
 
   std::smatch match;
   if (!std::regex_search(header, match, std::regex(R"('descr'\s*:\s*'([^']*)')")))
@@ -60,7 +73,7 @@ NpyArray read_npy(const std::string& path) {
   NpyArray array;
   std::stringstream dims(match[1].str());
   std::string item;
-  int64_t count = 1;
+  const size_t data_start = header_start + header_length;
   while (std::getline(dims, item, ',')) {
     if (item.find_first_not_of(" ") == std::string::npos) continue;
     int64_t extent = 0;
@@ -71,9 +84,19 @@ NpyArray read_npy(const std::string& path) {
     }
     if (extent < 0) throw malformed("negative extent in the shape");
     array.shape.push_back(extent);
+  }
+  // A shape asking for more elements than the data holds is refused before its product can
+  // overflow; an empty axis makes it 0 whatever the others say.
+  const int64_t available = int64_t((bytes.size() - data_start) / size_t(element_size));
+  const bool empty = std::find(array.shape.begin(), array.shape.end(), 0) != array.shape.end();
+  int64_t count = empty ? 0 : 1;
+  for (int64_t extent : array.shape) {
+    if (empty) break;
+    if (count > available / extent)
+      throw malformed(fmt::format("the shape ({}) needs more than the {} bytes of data it has", match[1].str(),
+                                  bytes.size() - data_start));
     count *= extent;
   }
-  const size_t data_start = header_start + header_length;
   if (bytes.size() - data_start != static_cast<size_t>(count) * element_size)
     throw malformed(fmt::format("expected {} bytes of data, found {}", count * element_size,
                                 bytes.size() - data_start));

@@ -45,6 +45,13 @@ double Problem::forward_flop() const {
 
 double Problem::backward_flop() const { return 2.5 * forward_flop(); }
 
+double Problem::rough_upper_bound_bytes() const {
+  // N_k > N makes the context and the scores' columns the larger terms: bound both by the longer length.
+  const double rows = double(std::max(seq, key_seq()));
+  const double per_layer = double(batch) * double(heads) * rows * (rows + double(head_dim) + 8.0) * 8.0;
+  return per_layer * (double(layers) + 3.0);
+}
+
 std::string Problem::describe() const {
   const std::string extras = workload();
   return fmt::format("B={} H={} N={} d={} L={}{}{}{} {}", batch, heads, seq, head_dim, layers, causal ? " causal" : "",
@@ -90,6 +97,9 @@ void validate(const Problem& problem) {
     throw UsageError(fmt::format("--dropout {} is outside [0, {}]", problem.dropout, kMaxDropout));
   check_axis("--head-dim", problem.head_dim, kMaxHeadDim);
   check_axis("--layers", problem.layers, kMaxLayers);
+  if (problem.rough_upper_bound_bytes() > kMaxProblemBytes)
+    throw UsageError(fmt::format("{} is too large: its tensors would hold about {:.2g} bytes, more than 64-bit "
+                                 "counts allow", problem.describe(), problem.rough_upper_bound_bytes()));
 }
 
 }  // namespace flashbench

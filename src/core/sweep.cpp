@@ -90,6 +90,8 @@ std::vector<int64_t> int_axis(const json& value, std::string_view key) {
       if (!item.is_number_integer() || item.get<int64_t>() <= 0) bad_token(key, item.dump(), "must be a positive integer");
       values.push_back(item.get<int64_t>());
     }
+    if (values.size() > kMaxListLength)
+      throw UsageError(fmt::format("{}: gives {} values, more than {}", key, values.size(), kMaxListLength));
     return values;
   }
   throw UsageError(fmt::format("{}: expected an integer, a list of integers or a range string, got {}", key, value.dump()));
@@ -229,6 +231,17 @@ std::vector<std::string> parse_name_list(std::string_view text, std::string_view
 }  // namespace
 
 std::vector<Problem> expand(const SweepSpec& spec) {
+  // Counted before anything is built: seven axes of 4096 values would be 2^84 problems.
+  uint64_t count = 1;
+  for (size_t size : {spec.dtype.size(), spec.causal.size(), spec.batch.size(), spec.heads.size(),
+                      std::max<size_t>(spec.kv_heads.size(), 1), spec.head_dim.size(), spec.layers.size(),
+                      spec.dropout.size(), spec.expand_kv.size(), std::max<size_t>(spec.seq_k.size(), 1),
+                      spec.seq.size()}) {
+    count *= size;
+    if (count > kMaxConfigurations)
+      throw UsageError(fmt::format("the sweep has more than {} configurations (the product of its axes)",
+                                   kMaxConfigurations));
+  }
   std::vector<Problem> problems;
   const std::vector<int64_t> paired = {0};  // N_k = N
   const std::vector<int64_t>& seq_k = spec.seq_k.empty() ? paired : spec.seq_k;
@@ -273,6 +286,8 @@ SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name) 
   }
   if (!document.is_object()) throw UsageError(fmt::format("{}: a sweep file holds one JSON object", source_name));
 
+  if (document.contains("seq") && document.contains("seq_q"))
+    throw UsageError(fmt::format("{}: seq and seq_q both set N: give one", source_name));
   SweepSpec spec;
   try {
     for (const auto& [key, value] : document.items()) {
@@ -289,7 +304,8 @@ SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name) 
           std::string text;
           for (const json& item : value) {
             if (!item.is_number()) bad_token(key, item.dump(), "must be a number");
-            text += (text.empty() ? "" : ",") + item.dump();
+            if (!text.empty()) text += ',';
+            text += item.dump();
           }
           spec.dropout = parse_probability_list(text, key);
         } else throw UsageError(fmt::format("dropout: expected a number or a list of numbers, got {}", value.dump()));

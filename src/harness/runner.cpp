@@ -1,6 +1,7 @@
 #include "flashbench/harness/runner.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -137,27 +138,100 @@ std::vector<float> gather_checked_context(Device& device, const void* tensor, Dt
   return gather_heads(device, tensor, dtype, heads, p.key_seq() * p.head_dim);
 }
 
-// Throws RuntimeFailure naming `what` and the [b, h, n, k] of its first NaN or Inf: a non-finite
-// output or gradient is a failure to report where it is, not an error to fold into a check.
-// Reads the tensor in chunks, so the host holds at most 16 MiB of it at a time. `heads` and `rows`
-// are the tensor's H and N (G and N_k for the context's gradient).
-void require_finite(Device& device, const void* tensor, Dtype dtype, const Problem& p, int64_t heads, int64_t rows,
-                    std::string_view what) {
-  constexpr int64_t kChunk = int64_t{1} << 22;  // [elements]
-  const int64_t total = p.batch * heads * rows * p.head_dim;
-  for (int64_t start = 0; start < total; start += kChunk) {
-    const std::vector<float> part = device.download(tensor, dtype, start, std::min(kChunk, total - start));
+// 64-bit FNV-1a over the bits of float values, one 32-bit word at a time: a fingerprint of a
+// tensor, equal for equal bits.
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+uint64_t fnv1a(uint64_t hash, std::span<const float> values) {
+  for (float value : values) {
+    hash ^= std::bit_cast<uint32_t>(value);
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+std::string hex(uint64_t hash) { return fmt::format("{:016x}", hash); }
+
+// A [B, heads, rows, d] tensor on the device: X, O, dO and dX have H heads and N rows, the context C
+// and its gradient dC have G heads and N_k rows.
+struct TensorShape {
+  int64_t heads = 0, rows = 0;
+  static TensorShape queries(const Problem& p) { return {p.heads, p.seq}; }
+  static TensorShape context(const Problem& p) { return {p.key_heads(), p.key_seq()}; }
+};
+
+// The elements of a [B, heads, rows, d] tensor on the device, 16 MiB of them at a time on the host.
+constexpr int64_t kScanChunk = int64_t{1} << 22;  // [elements]
+template <class Visit>
+void scan(Device& device, const void* tensor, Dtype dtype, const Problem& p, TensorShape shape, Visit visit) {
+  const int64_t total = p.batch * shape.heads * shape.rows * p.head_dim;
+  for (int64_t start = 0; start < total; start += kScanChunk)
+    visit(start, device.download(tensor, dtype, start, std::min(kScanChunk, total - start)));
+}
+
+// Folds the tensor into `hash`; throws RuntimeFailure naming `what` and the [b, h, n, k] of its
+// first NaN or Inf: a non-finite output or gradient is a failure to report where it is, not an
+// error to fold into a check.
+uint64_t hash_finite(Device& device, const void* tensor, Dtype dtype, const Problem& p, TensorShape shape,
+                     std::string_view what, uint64_t hash) {
+  scan(device, tensor, dtype, p, shape, [&](int64_t start, const std::vector<float>& part) {
     for (size_t i = 0; i < part.size(); ++i) {
       if (std::isfinite(part[i])) continue;
       int64_t e = start + int64_t(i);
       const int64_t k = e % p.head_dim;
       e /= p.head_dim;
-      const int64_t n = e % rows;
-      e /= rows;
-      throw RuntimeFailure(fmt::format("{} holds {} at [b={}, h={}, n={}, k={}]", what, part[i], e / heads,
-                                       e % heads, n, k));
+      const int64_t n = e % shape.rows;
+      e /= shape.rows;
+      throw RuntimeFailure(fmt::format("{} holds {} at [b={}, h={}, n={}, k={}]", what, part[i], e / shape.heads,
+                                       e % shape.heads, n, k));
     }
-  }
+    hash = fnv1a(hash, part);
+  });
+  return hash;
+}
+
+// The largest row norm max_i |x_i| of a [B, heads, rows, d] tensor on the device.
+double max_row_norm(Device& device, const void* tensor, Dtype dtype, const Problem& p, TensorShape shape) {
+  double max_square = 0, square = 0;  // square: of the row in hand, which may span two chunks
+  scan(device, tensor, dtype, p, shape, [&](int64_t start, const std::vector<float>& part) {
+    for (size_t i = 0; i < part.size(); ++i) {
+      square += double(part[i]) * double(part[i]);
+      if ((start + int64_t(i) + 1) % p.head_dim == 0) {
+        max_square = std::max(max_square, square);
+        square = 0;
+      }
+    }
+  });
+  return std::sqrt(max_square);
+}
+
+// How large the logits |S_ij| = scale·|q_i·k_j| of the stack get, and whether that size is met.
+struct LogitSize {
+  double value = 0;
+  bool attained = false;  // some S_ij equals it; otherwise it is an upper bound
+};
+
+// Self-attention: scale·max_i |x_i|² over the rows of X_0, met by layer 0's diagonal (Q = K = X,
+// never masked); a layer's output rows are convex combinations of its input rows, so without dropout
+// no later layer goes past it (dropout's 1/(1 − p) can; the size is then met, a lower bound).
+// Attention to a context C: Cauchy-Schwarz bounds layer 0 by scale·max|x|·max|c| and, as every later
+// layer's rows are combinations of C's rows (with weights summing to at most 1/(1 − p)), the later
+// ones by scale·max|c|²/(1 − p): an upper bound, not met in general.
+LogitSize logit_size(Device& device, const Problem& p, const void* X0, const void* C) {
+  const double x = max_row_norm(device, X0, p.dtype, p, TensorShape::queries(p));
+  if (p.self_attention()) return {double(p.scale()) * x * x, true};
+  const double c = max_row_norm(device, C, p.dtype, p, TensorShape::context(p));
+  return {double(p.scale()) * c * std::max(x, c / (1.0 - p.dropout)), false};
+}
+
+// The hazards of a problem's inputs, named for the row: logits beyond what a 16-bit tensor holds,
+// where a kernel that stores S in the storage dtype (v1 keeps S) would hold inf.
+std::vector<std::string> input_hazards(const Problem& p, LogitSize logits) {
+  std::vector<std::string> hazards;
+  constexpr double kFp16Max = 65504;
+  if (p.dtype == Dtype::fp16 && logits.value > kFp16Max)
+    hazards.push_back(fmt::format("fp16 overflow: the logits {} |S| = {:.3g}, beyond fp16's largest {:.0f}; "
+                                  "S stored in fp16 is inf there",
+                                  logits.attained ? "reach" : "may reach", logits.value, kFp16Max));
+  return hazards;
 }
 
 // FLASHBENCH_INJECT_FAILURE=NAME makes implementation NAME fail at its first forward as a kernel
@@ -176,18 +250,31 @@ uint64_t problem_seed(const RunOptions& options, const Problem& problem) {
 // The seed of input set k's context, apart from the X0 and dO seeds of every set.
 uint64_t context_seed(uint64_t seed, int64_t set) { return seed + (uint64_t{1} << 32) + uint64_t(set); }
 
+// Multiplies `elements` values of a tensor on the device by `scale`, a chunk at a time on the host.
+void scale_on_device(Device& device, Dtype dtype, void* tensor, int64_t elements, double scale) {
+  for (int64_t start = 0; start < elements; start += kScanChunk) {
+    std::vector<float> part = device.download(tensor, dtype, start, std::min(kScanChunk, elements - start));
+    for (float& value : part) value = float(value * scale);
+    device.upload(part, dtype, static_cast<char*>(tensor) + start * element_bytes(dtype));
+  }
+}
+
 // One input set on the device: X0, dO and (where the stack attends to one) the context C, tag input.
+// X0 and C are standard normal times `scale` (--input-scale: the logits grow as its square), dO
+// standard normal.
 struct InputSet {
   RawBuffer X0, dO, C;
-  InputSet(Device& device, MemorySpace& space, const Problem& p, uint64_t seed, int64_t set) {
+  InputSet(Device& device, MemorySpace& space, const Problem& p, uint64_t seed, int64_t set, double scale) {
     const int64_t bytes = p.qkv_elements() * element_bytes(p.dtype);
     X0 = RawBuffer(space, Tag::input, bytes);
     dO = RawBuffer(space, Tag::input, bytes);
     device.fill_normal(p.dtype, X0.data(), p.qkv_elements(), seed + 2 * uint64_t(set));
     device.fill_normal(p.dtype, dO.data(), p.qkv_elements(), seed + 2 * uint64_t(set) + 1);
+    if (scale != 1) scale_on_device(device, p.dtype, X0.data(), p.qkv_elements(), scale);
     if (p.self_attention()) return;
     C = RawBuffer(space, Tag::input, p.kv_elements() * element_bytes(p.dtype));
     device.fill_normal(p.dtype, C.data(), p.kv_elements(), context_seed(seed, set));
+    if (scale != 1) scale_on_device(device, p.dtype, C.data(), p.kv_elements(), scale);
   }
   const void* context() const { return C.empty() ? nullptr : C.data(); }
 };
@@ -213,7 +300,10 @@ struct Reference {
     check.naive_rel_err = naive_error;
     const double logit_bound = 8.0 * max_abs_score * std::ldexp(1.0, -24);
     const double floor = p.dtype == Dtype::fp32 ? 1e-5 : 1e-6;
-    check.tolerance = 3.0 * naive_error.value_or(0.0) + logit_bound + floor;
+    // A naive computation that overflowed (fp16 logits beyond its range, a hazard the row names)
+    // sets no bar: its infinite error would make a tolerance that passes anything.
+    const double naive = naive_error && std::isfinite(*naive_error) ? *naive_error : 0.0;
+    check.tolerance = 3.0 * naive + logit_bound + floor;
     return check;
   }
 };
@@ -226,6 +316,7 @@ struct Setting {
   ReferencePlan reference;
   uint64_t seed = 0;                      // of input set 0; set k uses seed + 2k (X0), + 2k + 1 (dO),
                                           // context_seed(seed, k) (C)
+  double input_scale = 1;                 // X0 and C are standard normal times this
   int64_t host_bytes = 0;                 // what the harness holds on the host beside a run [bytes]
   int64_t device_bytes = 0;               // ... and on the device, outside the ledger [bytes]
 };
@@ -238,6 +329,7 @@ Setting settle(Device& device, const RunOptions& options, const Problem& problem
   // host's, within what the host has free otherwise.
   s.host_available = device.shares_host_memory() ? s.limit : available_memory_bytes();
   s.seed = problem_seed(options, problem);
+  s.input_scale = options.input_scale;
   s.reference = plan_reference(problem, options);
   if (s.reference.kind != ReferencePlan::Kind::none) {
     // The reference reads input set 0 as the device filled it: one set on the device, and its
@@ -308,7 +400,7 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
   try {
     MemoryLedger ledger(s.limit.value_or(MemoryLedger::kUnlimited));
     std::unique_ptr<MemorySpace> space = device.open_space(ledger);
-    const InputSet inputs(device, *space, problem, s.seed, 0);
+    const InputSet inputs(device, *space, problem, s.seed, 0, s.input_scale);
     Reference r;
     r.plan = plan;
     const ReferencePlan whole_heads{ReferencePlan::Kind::stack, plan.heads, {}, {}, {}, {}, {}, 0, 0};
@@ -373,6 +465,17 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
   return std::nullopt;
 }
 
+// Folds dX_0, then dC where the stack has a context, into `hash`; throws as hash_finite does.
+uint64_t hash_gradients(Device& device, const Problem& problem, const LayerStack::Gradients& gradients, uint64_t hash) {
+  const Dtype dtype = device.gradient_dtype(problem);
+  hash = hash_finite(device, gradients.input.data(), dtype, problem, TensorShape::queries(problem),
+                     "the input gradient dX_0", hash);
+  if (!gradients.context.empty())
+    hash = hash_finite(device, gradients.context.data(), dtype, problem, TensorShape::context(problem),
+                       "the context gradient dC", hash);
+  return hash;
+}
+
 // One implementation, in a fresh memory space behind a fresh ledger: the measured pass (memory,
 // outputs for the check), warm-up and samples under the one stopping rule. Throws what the device
 // or the implementation throws; the caller turns it into the row's status.
@@ -383,7 +486,18 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   space->reset_os_peak();
   ledger.set_phase(Phase::setup);
   std::vector<InputSet> inputs;
-  for (int64_t set = 0; set < s.params.input_sets; ++set) inputs.emplace_back(device, *space, problem, s.seed, set);
+  for (int64_t set = 0; set < s.params.input_sets; ++set)
+    inputs.emplace_back(device, *space, problem, s.seed, set, s.input_scale);
+  Reproducibility& reproducibility = row.reproducibility.emplace();
+  reproducibility.seed = options.seed;
+  reproducibility.input_scale = s.input_scale;
+  const TensorShape queries = TensorShape::queries(problem), context = TensorShape::context(problem);
+  uint64_t inputs_hash = hash_finite(device, inputs[0].X0.data(), problem.dtype, problem, queries, "the input X_0", kFnvOffset);
+  inputs_hash = hash_finite(device, inputs[0].dO.data(), problem.dtype, problem, queries, "the input dO", inputs_hash);
+  if (inputs[0].context())
+    inputs_hash = hash_finite(device, inputs[0].context(), problem.dtype, problem, context, "the context C", inputs_hash);
+  reproducibility.inputs_hash = hex(inputs_hash);
+  row.hazards = input_hazards(problem, logit_size(device, problem, inputs[0].X0.data(), inputs[0].context()));
   LayerStack stack(problem, implementation, device, *space, s.seed);
   std::unique_ptr<PhaseTimer> timer = device.timer();
   inject_failure(implementation);
@@ -396,7 +510,8 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   timer->mark();
   stack.forward(inputs[0].X0.data(), inputs[0].context());
   timer->mark();
-  require_finite(device, stack.output(), problem.dtype, problem, problem.heads, problem.seq, "the output X_L");
+  const uint64_t output_hash =
+      hash_finite(device, stack.output(), problem.dtype, problem, queries, "the output X_L", kFnvOffset);
   std::vector<float> output, input_grad, context_grad;
   if (reference) output = gather(device, stack.output(), problem.dtype, problem, reference->plan);
   row.measured.kept_bytes = ledger.live()[Tag::kept];
@@ -406,11 +521,8 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   timer->mark();
   device.synchronize();
   const Dtype gradient_dtype = device.gradient_dtype(problem);
-  require_finite(device, gradients.input.data(), gradient_dtype, problem, problem.heads, problem.seq,
-                 "the input gradient dX_0");
-  if (!gradients.context.empty())
-    require_finite(device, gradients.context.data(), gradient_dtype, problem, problem.key_heads(), problem.key_seq(),
-                   "the context gradient dC");
+  const uint64_t results_hash = hash_gradients(device, problem, gradients, output_hash);
+  reproducibility.results_hash = hex(results_hash);
   if (reference && reference->plan.kind == ReferencePlan::Kind::stack) {
     input_grad = gather(device, gradients.input.data(), gradient_dtype, problem, reference->plan);
     if (!gradients.context.empty())
@@ -461,6 +573,16 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   }
   row.fwd = summarize(std::move(fwd_ms), policy.max_noise);
   row.bwd = summarize(std::move(bwd_ms), policy.max_noise);
+
+  // The measured computation once more on input set 0, untimed: the same bits again? (Atomic
+  // accumulation makes some GPU kernels differ run to run.)
+  stack.forward(inputs[0].X0.data(), inputs[0].context());
+  const uint64_t output_again =
+      hash_finite(device, stack.output(), problem.dtype, problem, queries, "the output X_L", kFnvOffset);
+  const LayerStack::Gradients gradients_again =
+      stack.backward(inputs[0].X0.data(), inputs[0].dO.data(), inputs[0].context());
+  device.synchronize();
+  reproducibility.deterministic = hash_gradients(device, problem, gradients_again, output_again) == results_hash;
 }
 
 }  // namespace

@@ -195,18 +195,9 @@ std::optional<std::string> does_not_fit(int64_t model_peak_bytes, int64_t limit_
 
 namespace {
 
-// A conservative size of the largest term of any variant's peak, in double, so that the search
-// never evaluates a problem whose byte counts would overflow int64. [bytes]
-double rough_upper_bound_bytes(const Problem& p) {
-  const double heads_total = double(p.batch) * double(p.heads);
-  const double per_layer = heads_total * double(p.seq) * (double(p.seq) + double(p.head_dim) + 8.0) * 8.0;
-  return per_layer * (double(p.layers) + 3.0);
-}
-
 bool fits(const ModelSource& model, const Problem& problem, Variant variant, int64_t budget_bytes,
           int64_t* peak_bytes) {
-  constexpr double kSafeBytes = 4.0e18;  // below int64's 9.2e18 with room for workspace terms
-  if (rough_upper_bound_bytes(problem) > kSafeBytes) return false;
+  if (problem.rough_upper_bound_bytes() > kMaxProblemBytes) return false;
   const int64_t peak = model.stack(problem, variant).peak_bytes;
   if (peak_bytes) *peak_bytes = peak;
   return peak <= budget_bytes;

@@ -60,6 +60,22 @@ void write_in_place(const std::string& path, const std::string& contents) {
 }
 }  // namespace
 
+void check_writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (!error && fs::is_directory(status)) throw UsageError(fmt::format("cannot write '{}': it is a directory", path));
+  if (!error && fs::exists(status) && !fs::is_regular_file(status)) return;  // a pipe or a device: opened when written
+  const fs::path target(path);
+  const fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::string temp = (directory / fmt::format(".{}.XXXXXX", target.filename().string())).string();
+  const int fd = mkstemp(temp.data());
+  if (fd < 0)
+    throw RuntimeFailure(fmt::format("cannot create a file in '{}': {}", directory.string(), std::strerror(errno)));
+  ::close(fd);
+  ::unlink(temp.c_str());
+}
+
 void write_file_atomically(const std::string& path, const std::string& contents) {
   namespace fs = std::filesystem;
   std::error_code error;

@@ -1,5 +1,6 @@
 // A row's JSON form (the JSON contract, docs/json.md) and its inverse, and reading result files.
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -122,6 +123,9 @@ std::vector<std::string> row_warnings(const Row& row) {
   std::vector<std::string> warnings = timing_warnings(row.fwd, "fwd");
   for (std::string& w : timing_warnings(row.bwd, "bwd")) warnings.push_back(std::move(w));
   if (!row.check && !row.not_checked.empty()) warnings.push_back("not checked: " + row.not_checked);
+  for (const std::string& hazard : row.hazards) warnings.push_back(hazard);
+  if (row.reproducibility && row.reproducibility->deterministic == false)
+    warnings.push_back("not deterministic: a second pass on the same inputs gave other bits of X_L or dX_0");
   if (row.check && !row.check->passed())
     warnings.push_back(fmt::format("check against {} failed: max relative error {:.3g} > tolerance {:.3g}",
                                    row.check->reference, row.check->max_rel_err, row.check->tolerance));
@@ -177,6 +181,17 @@ ordered_json row_to_json(const Row& row) {
     j["check"] = nullptr;
   }
   if (!row.not_checked.empty()) j["not_checked"] = row.not_checked;
+  if (row.reproducibility) {
+    const Reproducibility& r = *row.reproducibility;
+    j["reproducibility"] = {{"seed", r.seed},
+                            {"input_scale", r.input_scale},
+                            {"inputs_hash", r.inputs_hash},
+                            {"results_hash", r.results_hash},
+                            {"deterministic", r.deterministic ? ordered_json(*r.deterministic) : ordered_json(nullptr)}};
+  } else {
+    j["reproducibility"] = nullptr;
+  }
+  j["hazards"] = row.hazards;
   j["threads"] = row.threads;
   j["device"] = row.device;
   if (row.device_index) j["device_index"] = *row.device_index;
@@ -249,6 +264,18 @@ Row row_from_json(const json& j) {
     if (c.contains("naive_rel_err") && c.at("naive_rel_err").is_number()) check.naive_rel_err = c.at("naive_rel_err").get<double>();
     row.check = check;
   }
+  if (j.contains("reproducibility") && j.at("reproducibility").is_object()) {
+    const json& r = j.at("reproducibility");
+    Reproducibility& reproducibility = row.reproducibility.emplace();
+    if (r.contains("seed") && r.at("seed").is_number_unsigned()) reproducibility.seed = r.at("seed").get<uint64_t>();
+    reproducibility.input_scale = number_or(r, "input_scale", 1);
+    if (r.contains("inputs_hash") && r.at("inputs_hash").is_string()) reproducibility.inputs_hash = r.at("inputs_hash").get<std::string>();
+    if (r.contains("results_hash") && r.at("results_hash").is_string()) reproducibility.results_hash = r.at("results_hash").get<std::string>();
+    if (r.contains("deterministic") && r.at("deterministic").is_boolean()) reproducibility.deterministic = r.at("deterministic").get<bool>();
+  }
+  if (j.contains("hazards") && j.at("hazards").is_array())
+    for (const json& hazard : j.at("hazards"))
+      if (hazard.is_string()) row.hazards.push_back(hazard.get<std::string>());
   row.threads = static_cast<int>(integer_or(j, "threads", 0));
   if (j.contains("throughput") && j.at("throughput").is_object() && j.at("throughput").contains("peak_gflops") &&
       j.at("throughput").at("peak_gflops").is_number())
@@ -265,40 +292,51 @@ Row row_from_json(const json& j) {
 }
 
 ResultsFile read_results_file(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) throw UsageError(fmt::format("'{}' is a directory, not a results file", path));
   std::ifstream in(path);
   if (!in) throw RuntimeFailure(fmt::format("cannot read '{}'", path));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  const bool lines = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
+  return parse_results(buffer.str(), lines, path);
+}
+
+ResultsFile parse_results(std::string_view text, bool lines, std::string_view path) {
   ResultsFile file;
-  const auto add_row = [&file](ordered_json object) {
+  const auto add_row = [&file, path](ordered_json object) {
+    if (!object.is_object())
+      throw UsageError(fmt::format("'{}' is not a flashbench results file: a row is not a JSON object", path));
     file.rows.push_back(row_from_json(json(object)));
     file.row_objects.push_back(std::move(object));
   };
   try {
-    const bool lines = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
     if (!lines) {
       const ordered_json document = ordered_json::parse(text);
-      if (document.is_object() && document.contains("schema_version")) file.schema_version = document.at("schema_version");
-      if (document.is_object() && document.contains("meta")) file.meta = document.at("meta");
-      if (!document.is_object() || !document.contains("rows") || !document.at("rows").is_array())
-        throw UsageError(fmt::format("results file: {} has no \"rows\"", path));
+      if (!document.is_object()) throw UsageError(fmt::format("'{}' is not a flashbench results file: not a JSON object", path));
+      if (document.contains("schema_version")) file.schema_version = document.at("schema_version");
+      if (document.contains("meta")) file.meta = document.at("meta");
+      if (!document.contains("rows")) throw UsageError(fmt::format("results file: {} has no \"rows\"", path));
+      if (!document.at("rows").is_array())
+        throw UsageError(fmt::format("'{}' is not a flashbench results file: \"rows\" is not a list", path));
       for (const ordered_json& row : document.at("rows")) add_row(row);
       return file;
     }
     size_t start = 0;
     while (start < text.size()) {
       const size_t newline = text.find('\n', start);
-      const std::string_view line = std::string_view(text).substr(start, newline == std::string::npos ? std::string::npos
-                                                                                                        : newline - start);
-      start = newline == std::string::npos ? text.size() : newline + 1;
+      const std::string_view line = text.substr(start, newline == std::string_view::npos ? std::string_view::npos
+                                                                                         : newline - start);
+      start = newline == std::string_view::npos ? text.size() : newline + 1;
       if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
       ordered_json record = ordered_json::parse(line, nullptr, false);
-      if (record.is_discarded() && newline == std::string::npos) {
+      if (record.is_discarded() && newline == std::string_view::npos) {
         file.cut_last_line = true;  // the writer was killed in the middle of this line
         break;
       }
       if (record.is_discarded()) record = ordered_json::parse(line);  // throws, saying where
+      if (!record.is_object())
+        throw UsageError(fmt::format("'{}' is not a flashbench results file: a line is not a JSON object", path));
       if (record.contains("meta")) {
         file.meta = record.at("meta");
         if (record.contains("schema_version")) file.schema_version = record.at("schema_version");
@@ -310,6 +348,13 @@ ResultsFile read_results_file(const std::string& path) {
     throw UsageError(fmt::format("'{}' is not a flashbench results file: {}", path, error.what()));
   }
   return file;
+}
+
+void require_our_schema(const ResultsFile& file, std::string_view path) {
+  if (file.schema_version.is_null()) return;
+  const ordered_json& version = file.schema_version;
+  if (!version.is_number_integer() || version.get<int64_t>() != kSchemaVersion)
+    throw UsageError(fmt::format("'{}' has schema_version {}; this flashbench reads {}", path, version.dump(), kSchemaVersion));
 }
 
 }  // namespace flashbench

@@ -58,7 +58,7 @@ struct LayerShape {
   // Dropout on the attention weights: P̃ = P ∘ Z/(1 − p), O = P̃·V, Z drawn per element of the
   // [BH, N, N_k] weights (philox.hpp); inactive by default. of() keys it with seed 0 and offset 0: a
   // layer call keys it with its stack's seed and its layer.
-  philox::DropoutMask dropout;
+  philox::DropoutMask dropout = {};
 
   int64_t key_rows() const { return keys > 0 ? keys : seq; }      // N_k
   int64_t kv_heads_total() const { return heads_total / group_size; }  // BG

@@ -33,7 +33,7 @@ struct ReferenceShape {
   double dropout = 0;
   uint64_t dropout_seed = 0;
   uint64_t dropout_offset = 0;
-  std::vector<int64_t> head_index;
+  std::vector<int64_t> head_index = {};
   int64_t key_rows() const { return keys > 0 ? keys : seq; }
 };
 

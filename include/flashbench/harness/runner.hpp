@@ -20,6 +20,7 @@ namespace flashbench {
 struct RunOptions {
   SamplingPolicy sampling;
   uint64_t seed = 20261129;     // inputs are fresh random numbers from this seed, per problem
+  double input_scale = 1;       // X_0 is standard normal times this (large values probe fp16's range)
   bool check = true;            // compare outputs and gradients with the float64 reference
   int64_t mem_limit_bytes = 0;  // 0 = what the device has available
   bool cold = false;            // flush the device's caches before every pass
