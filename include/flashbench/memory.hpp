@@ -13,6 +13,8 @@
 
 namespace flashbench {
 
+class MemoryTimeline;  // timeline.hpp
+
 enum class Tag { input, activation, kept, workspace, grad };
 inline constexpr int kTagCount = 5;
 inline constexpr std::array<Tag, kTagCount> kAllTags = {Tag::input, Tag::activation, Tag::kept,
@@ -47,6 +49,11 @@ class MemoryLedger {
   void set_phase(Phase phase) { phase_ = phase; }
   Phase phase() const { return phase_; }
 
+  // From now on every allocation and release is also appended to `timeline` (nullptr: no longer).
+  // The ledger does not own it.
+  void attach(MemoryTimeline* timeline) { timeline_ = timeline; }
+  MemoryTimeline* timeline() const { return timeline_; }
+
   // Start a new measurement: high-water marks and peak restart from what is live now.
   void reset_peaks();
 
@@ -65,6 +72,7 @@ class MemoryLedger {
   TagBytes at_peak_;
   int64_t peak_bytes_ = 0;
   Phase peak_phase_ = Phase::setup;
+  MemoryTimeline* timeline_ = nullptr;
 };
 
 // Where buffers live: the host heap or a device's pool. Every allocation and release passes through

@@ -73,6 +73,10 @@ class Reporter {
   // before finish(); formats that have a place for it say so (json: meta.complete = false and
   // meta.not_run), the others keep the rows they have.
   virtual void mark_incomplete(const nlohmann::ordered_json& not_run);
+  // A value of the meta known only at the end (the load average then), at a JSON pointer such as
+  // "/environment/load_average_end". Called before finish(); json writes it, the formats that
+  // wrote their meta at begin (jsonl) or have none keep what they wrote.
+  virtual void set_meta_at_end(const std::string& pointer, const nlohmann::ordered_json& value);
 };
 
 // format: "table" (aligned, human units; the best variant of each problem marked in colour when

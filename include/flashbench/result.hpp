@@ -2,6 +2,7 @@
 // One benchmark row: an implementation of a variant running on a device on a problem, what it
 // measured and how it went. Reporters (table, json, ...) read rows; the harness fills them.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -85,6 +86,9 @@ struct Row {
   int64_t diagonal_block = 0;           // v2's causal diagonal chunk [columns]; 0 when not tiled
   std::string device;                   // GPU name, for CUDA rows
   std::optional<int> device_index;      // which GPU of the machine ran it (--device-index), on CUDA rows
+  // run --trace: the ledger's history during the measured pass (written as a trace file, not as a
+  // field of the results).
+  std::shared_ptr<const MemoryTimeline> timeline;
   std::optional<double> peak_gflops;    // CPU sgemm ceiling the rates are read against (run --peak) [GFLOP/s]
   double fwd_tflops() const;            // FlashAttention convention, from the median [TFLOP/s]
   double bwd_tflops() const;

@@ -23,6 +23,7 @@
 #include "cli/commands.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
+#include "flashbench/environment.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/peak.hpp"
 #include "flashbench/model.hpp"
@@ -30,6 +31,7 @@
 #include "flashbench/shard.hpp"
 #include "flashbench/sweep.hpp"
 #include "flashbench/sweep_results.hpp"
+#include "flashbench/trace.hpp"
 #include "flashbench/units.hpp"
 
 namespace flashbench::cli {
@@ -52,6 +54,7 @@ struct RunFlags {
   std::optional<std::string> shard;      // --shard I/N, auto, auto/N
   bool resume = false;                   // --resume: keep what --out already holds of this shard
   int device_index = 0;                  // --device-index: which GPU
+  std::optional<std::string> trace;      // --trace: a directory for one memory trace per row
 };
 
 // The CPU ceilings a run reads its rates against: measured now with the run's threads, or read back
@@ -88,7 +91,6 @@ nlohmann::ordered_json ceilings_json(const PeakReport& peak, const std::string& 
 class Destination {
  public:
   Destination(const std::optional<std::string>& path, std::string_view format, bool resumed) : path_(path) {
-    if (path_) check_writable(*path_);  // before the sweep, not after it
     if (!path_ || format != "jsonl") return;
     stream_path_ = *path_;
     if (resumed) {
@@ -221,6 +223,14 @@ class StopOnSignal {
   struct sigaction previous_term_ {};
 };
 
+// The host's state comes from / and the process's environment; FLASHBENCH_HOST_ROOT, for the tests
+// alone, reads a fake /proc and /sys tree instead.
+EnvironmentSource host_environment_source() {
+  EnvironmentSource source = EnvironmentSource::system();
+  if (const char* root = std::getenv("FLASHBENCH_HOST_ROOT")) source.root = root;
+  return source;
+}
+
 std::string format_eta(double seconds) {
   if (seconds < 60) return fmt::format("{:.0f}s", seconds);
   return fmt::format("{:.0f}m{:02.0f}s", std::floor(seconds / 60), std::fmod(seconds, 60.0));
@@ -248,6 +258,10 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   options.reference_flop_budget = flags.check_budget_gflop * 1e9;
   options.cold = flags.cold;
   if (flags.mem_limit) options.mem_limit_bytes = parse_bytes(*flags.mem_limit);
+  // What the run writes must be writable before anything is measured.
+  if (flags.out) check_writable(*flags.out);
+  if (flags.trace) prepare_trace_directory(*flags.trace);
+  options.record_timeline = flags.trace.has_value();
 
   // The whole sweep is dealt to the shards by modelled time; this process runs its share, in the
   // sweep's order, less what an earlier run of the same share finished (--resume).
@@ -274,6 +288,9 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     fmt::print(stderr, "flashbench: resuming '{}': {} of {} configurations already there, {} to run\n", *flags.out,
                share.size() - to_run.size(), share.size(), to_run.size());
 
+  // Read before this process loads the machine (the device, the ceilings).
+  const EnvironmentSource host = host_environment_source();
+  const HostEnvironment environment = read_host_environment(host);
   std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = spec.threads, .index = flags.device_index});
   const int threads = omp_get_max_threads();
 
@@ -289,6 +306,9 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     sgemm_ceiling_gflops = sgemm_ceiling(peak);
   }
   meta["sweep"] = to_json(sweep);
+  meta["environment"] = to_json(environment);
+  const std::vector<std::string> warnings = environment_warnings(environment);
+  meta["warnings"] = warnings;
   if (earlier) meta["resumed_from"] = earlier_runs(earlier->meta);
 
   // From here a signal stops the sweep in order: the rows kept and finished are written.
@@ -309,6 +329,8 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
       }
   }
   destination.publish();
+  // Said once the sweep starts, every flag accepted: a usage error stays its one line.
+  for (const std::string& warning : warnings) fmt::print(stderr, "flashbench: warning: {}\n", warning);
 
   std::vector<Implementation*> chosen;
   for (const auto& implementation : implementations) chosen.push_back(implementation.get());
@@ -326,6 +348,13 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     for (Row& row : runner.run(problem, chosen)) {
       row.peak_gflops = sgemm_ceiling_gflops;
       any_failed |= row.status == Status::failed;
+      if (flags.trace) {
+        try {  // a trace lost is said, not worth the sweep's results
+          write_trace_file(*flags.trace, row);
+        } catch (const RuntimeFailure& e) {
+          fmt::print(stderr, "flashbench: warning: --trace: {}\n", e.what());
+        }
+      }
       reporter->add(row);
     }
   }
@@ -335,6 +364,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     for (size_t index = finished; index < to_run.size(); ++index) not_run.push_back(to_run[index].describe());
     reporter->mark_incomplete(not_run);
   }
+  reporter->set_meta_at_end("/environment/load_average_end", load_average_json(read_load_average(host)));
   reporter->finish();
   destination.commit();
   if (stop.received()) {
@@ -431,6 +461,9 @@ void register_run(CLI::App& app) {
     if (value < 0) throw UsageError(fmt::format("--device-index must be 0 or more (got {})", value));
     flags->device_index = value;
   }, "Which GPU, counted among those CUDA_VISIBLE_DEVICES shows (default 0); rows record it");
+  optional_string("--trace", flags->trace,
+                  "Write each row's memory timeline into this directory (created if missing) as a Chrome/Perfetto "
+                  "trace, <backend>-<impl>-B..-H..-N..-d..-L..[-causal]-<dtype>.trace.json (docs/trace.md)");
   set_action(sub, [flags](const std::vector<std::string>& argv) { return run_sweep(*flags, argv); });
 }
 

@@ -7,6 +7,7 @@
 
 #include "flashbench/errors.hpp"
 #include "flashbench/os_memory.hpp"
+#include "flashbench/timeline.hpp"
 
 namespace flashbench {
 
@@ -37,6 +38,7 @@ int64_t TagBytes::total() const {
 }
 
 void MemoryLedger::record_allocation(Tag tag, int64_t bytes) {
+  if (timeline_) timeline_->record(tag, bytes, phase_);
   live_[tag] += bytes;
   if (live_[tag] > high_water_[tag]) high_water_[tag] = live_[tag];
   const int64_t total = live_.total();
@@ -47,7 +49,10 @@ void MemoryLedger::record_allocation(Tag tag, int64_t bytes) {
   }
 }
 
-void MemoryLedger::record_release(Tag tag, int64_t bytes) { live_[tag] -= bytes; }
+void MemoryLedger::record_release(Tag tag, int64_t bytes) {
+  if (timeline_) timeline_->record(tag, -bytes, phase_);
+  live_[tag] -= bytes;
+}
 
 void MemoryLedger::reset_peaks() {
   high_water_ = live_;

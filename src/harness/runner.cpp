@@ -16,6 +16,7 @@
 #include "flashbench/model.hpp"
 #include "flashbench/report.hpp"
 #include "flashbench/os_memory.hpp"
+#include "flashbench/timeline.hpp"
 #include "flashbench/units.hpp"
 
 namespace flashbench {
@@ -506,9 +507,24 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   device.synchronize();
   ledger.reset_peaks();
   if (options.cold) device.flush_caches();
+  // The timeline starts where the peak does, from the same live bytes, so that its replay reaches
+  // exactly the measured peak.
+  std::shared_ptr<MemoryTimeline> timeline;
+  if (options.record_timeline) {
+    timeline = std::make_shared<MemoryTimeline>(ledger.live());
+    ledger.attach(timeline.get());
+  }
+  // Detached before the timeline goes, however this pass ends: the stack's buffers outlive it.
+  struct Detach {
+    MemoryLedger& ledger;
+    ~Detach() { ledger.attach(nullptr); }
+  } const detach{ledger};
   ledger.set_phase(Phase::fwd);
   timer->mark();
-  stack.forward(inputs[0].X0.data(), inputs[0].context());
+  {
+    const ScopedSpan span(timeline.get(), "forward");
+    stack.forward(inputs[0].X0.data(), inputs[0].context());
+  }
   timer->mark();
   const uint64_t output_hash =
       hash_finite(device, stack.output(), problem.dtype, problem, queries, "the output X_L", kFnvOffset);
@@ -517,7 +533,11 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   row.measured.kept_bytes = ledger.live()[Tag::kept];
   ledger.set_phase(Phase::bwd);
   timer->mark();
-  LayerStack::Gradients gradients = stack.backward(inputs[0].X0.data(), inputs[0].dO.data(), inputs[0].context());
+  LayerStack::Gradients gradients;
+  {
+    const ScopedSpan span(timeline.get(), "backward");
+    gradients = stack.backward(inputs[0].X0.data(), inputs[0].dO.data(), inputs[0].context());
+  }
   timer->mark();
   device.synchronize();
   const Dtype gradient_dtype = device.gradient_dtype(problem);
@@ -534,6 +554,8 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   row.measured.by_tag = ledger.at_peak();
   row.measured.high_water = ledger.high_water();
   row.measured.os_peak_bytes = space->os_peak_bytes();
+  ledger.attach(nullptr);  // the samples below run untraced
+  row.timeline = std::move(timeline);
   const std::vector<double> first = timer->intervals_ms();  // fwd, the capture, bwd
   if (reference) row.check = reference->judge(problem, output, input_grad, context_grad);
 

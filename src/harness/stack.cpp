@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "flashbench/errors.hpp"
+#include "flashbench/timeline.hpp"
 
 namespace flashbench {
 
@@ -50,6 +51,7 @@ void LayerStack::forward(const void* X0, const void* C) {
   const void* X = X0;
   for (int64_t i = 0; i < L; ++i) {
     call.layer = i;
+    const ScopedSpan span(space_.ledger().timeline(), "forward", i);
     outputs_[i] = RawBuffer(space_, output_is_kept_ ? Tag::kept : Tag::activation, x_bytes);
     kept_[i] = allocate_kept(implementation_.variant(), problem_, space_);
     implementation_.forward(call, X, outputs_[i].data(), kept_[i]);
@@ -71,6 +73,7 @@ LayerStack::Gradients LayerStack::backward(const void* X0, const void* dO, const
   if (!output_is_kept_) outputs_[L - 1].reset();  // nothing reads the last output
   RawBuffer incoming;  // dX_{i+1}; empty means dO
   for (int64_t i = L - 1; i >= 0; --i) {
+    const ScopedSpan span(space_.ledger().timeline(), "backward", i);
     const void* X_i = i == 0 ? X0 : outputs_[i - 1].data();
     const Gradient gradient = incoming.empty() ? Gradient{dO, problem_.dtype} : Gradient{incoming.data(), gradient_dtype};
     RawBuffer dX(space_, Tag::grad, grad_bytes);

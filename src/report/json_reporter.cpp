@@ -24,6 +24,9 @@ class JsonReporter final : public Reporter {
     rows_.push_back(row);
   }
   void mark_incomplete(const nlohmann::ordered_json& not_run) override { not_run_ = not_run; }
+  void set_meta_at_end(const std::string& pointer, const nlohmann::ordered_json& value) override {
+    document_["meta"][nlohmann::ordered_json::json_pointer(pointer)] = value;
+  }
   void finish() override {
     // Whether every configuration of the sweep ran; an interrupted run lists the rest.
     document_["meta"]["complete"] = not_run_.empty();

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <ostream>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -21,6 +22,7 @@ namespace flashbench {
 
 Reporter::~Reporter() = default;
 void Reporter::mark_incomplete(const nlohmann::ordered_json&) {}
+void Reporter::set_meta_at_end(const std::string&, const nlohmann::ordered_json&) {}
 
 std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& out, bool terminal) {
   using namespace report_detail;
@@ -60,30 +62,23 @@ void write_in_place(const std::string& path, const std::string& contents) {
 }
 }  // namespace
 
-void check_writable(const std::string& path) {
+namespace {
+// True when `path` is replaced by renaming a temporary file over it (a regular file, or nothing
+// yet); false when it names a pipe, a terminal or a device, which is written into as it is. A
+// directory is a UsageError: the command line named the wrong thing.
+bool replaced_by_rename(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code error;
   const fs::file_status status = fs::status(path, error);
-  if (!error && fs::is_directory(status)) throw UsageError(fmt::format("cannot write '{}': it is a directory", path));
-  if (!error && fs::exists(status) && !fs::is_regular_file(status)) return;  // a pipe or a device: opened when written
-  const fs::path target(path);
-  const fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string temp = (directory / fmt::format(".{}.XXXXXX", target.filename().string())).string();
-  const int fd = mkstemp(temp.data());
-  if (fd < 0)
-    throw RuntimeFailure(fmt::format("cannot create a file in '{}': {}", directory.string(), std::strerror(errno)));
-  ::close(fd);
-  ::unlink(temp.c_str());
+  if (error || !fs::exists(status) || fs::is_regular_file(status)) return true;
+  if (fs::is_directory(status)) throw UsageError(fmt::format("cannot write '{}': it is a directory", path));
+  return false;
 }
 
-void write_file_atomically(const std::string& path, const std::string& contents) {
+// A new temporary file (mode 0600) in the directory of `path`, where a rename over `path` is atomic;
+// its descriptor and name. Throws RuntimeFailure when the directory does not take one.
+std::pair<int, std::string> create_temporary_beside(const std::string& path) {
   namespace fs = std::filesystem;
-  std::error_code error;
-  const fs::file_status status = fs::status(path, error);
-  if (!error && fs::exists(status) && !fs::is_regular_file(status)) {
-    if (fs::is_directory(status)) throw RuntimeFailure(fmt::format("cannot write '{}': it is a directory", path));
-    return write_in_place(path, contents);
-  }
   const fs::path target(path);
   const fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::string temp = (directory / fmt::format(".{}.XXXXXX", target.filename().string())).string();
@@ -91,6 +86,20 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   if (fd < 0)
     throw RuntimeFailure(fmt::format("cannot create a temporary file in '{}': {}", directory.string(),
                                      std::strerror(errno)));
+  return {fd, temp};
+}
+}  // namespace
+
+void check_writable(const std::string& path) {
+  if (!replaced_by_rename(path)) return;  // a pipe or a device: opened when the results are written
+  const auto [fd, temp] = create_temporary_beside(path);
+  ::close(fd);
+  ::unlink(temp.c_str());
+}
+
+void write_file_atomically(const std::string& path, const std::string& contents) {
+  if (!replaced_by_rename(path)) return write_in_place(path, contents);
+  const auto [fd, temp] = create_temporary_beside(path);
   const auto fail = [&](std::string_view what) {
     const std::string reason = std::strerror(errno);
     ::close(fd);

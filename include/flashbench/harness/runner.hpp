@@ -24,6 +24,7 @@ struct RunOptions {
   bool check = true;            // compare outputs and gradients with the float64 reference
   int64_t mem_limit_bytes = 0;  // 0 = what the device has available
   bool cold = false;            // flush the device's caches before every pass
+  bool record_timeline = false; // keep the ledger's history of the measured pass in Row::timeline (--trace)
   // The most work the float64 reference may take per problem [FLOP]; beyond it the check falls back
   // to sampled rows of the output (L = 1) or says `not checked`.
   double reference_flop_budget = 2.5e11;

@@ -1,0 +1,49 @@
+#pragma once
+// What of the host's state bends timings, recorded in the results' meta and warned about (Google
+// Benchmark's CPU-scaling warning): load average at the start and end of the run, the CPU frequency
+// governor and boost, simultaneous multithreading, and OpenMP's binding. Each value is read where
+// the system offers it (Linux /proc and /sys) and is absent otherwise: nothing is guessed.
+// GPU clocks, power and throttling (NVML) are not read yet.
+#include <array>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace flashbench {
+
+// Where the environment is read from: files under `root` (a test points it at a fake tree), the
+// process's environment variables through `variable`.
+struct EnvironmentSource {
+  std::filesystem::path root = "/";
+  std::function<std::optional<std::string>(const std::string& name)> variable;
+  static EnvironmentSource system();  // "/" and getenv
+};
+
+struct HostEnvironment {
+  std::optional<std::array<double, 3>> load_average;  // 1, 5, 15 minutes (/proc/loadavg)
+  std::optional<int> logical_cpus;                    // online CPUs (/sys/devices/system/cpu/online)
+  std::vector<std::string> governors;                 // distinct cpufreq scaling_governor values; empty: absent
+  std::optional<bool> boost;                          // turbo / boost enabled
+  std::optional<std::string> boost_source;            // the file it was read from, relative to the root
+  std::optional<bool> smt_active;                     // /sys/devices/system/cpu/smt/active
+  std::optional<std::string> smt_control;             // on, off, forceoff, notsupported, notimplemented
+  std::optional<std::string> omp_proc_bind, omp_places;  // OMP_PROC_BIND, OMP_PLACES as set
+};
+
+HostEnvironment read_host_environment(const EnvironmentSource& source);
+std::optional<std::array<double, 3>> read_load_average(const EnvironmentSource& source);
+
+// One sentence each: a governor other than `performance`; a 1-minute load average at the start
+// above the number of logical CPUs.
+std::vector<std::string> environment_warnings(const HostEnvironment& start);
+
+// meta.environment: every field, null where the system did not say; load_average_end is filled in
+// at the end of the run.
+nlohmann::ordered_json to_json(const HostEnvironment& environment);
+nlohmann::ordered_json load_average_json(const std::optional<std::array<double, 3>>& load);
+
+}  // namespace flashbench
