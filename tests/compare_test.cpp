@@ -1,5 +1,7 @@
-// compare: the SAME/FASTER/SLOWER rule, row matching, the baseline mode, and the command on a
-// real results file (tests/data/cpu-small.json) against itself and against a 2x slower copy.
+// compare: the SAME/FASTER/SLOWER/UNSURE rule over samples and over rounds, the load bound, row
+// matching (dtype-blind for what is left), differences between runs, geometric means, the baseline
+// mode, and the command on a real results file (tests/data/cpu-small.json) against itself, against
+// a 2x slower copy and against a copy run with other threads.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -96,6 +98,161 @@ TEST(CompareToBaseline, EveryVariantAgainstStandard) {
   EXPECT_EQ(c.pairs[2].verdict, Verdict::slower);
 }
 
+// Round medians around `center` with a relative spread of ±`spread` (one per round).
+TimingSummary rounds_around(double center, double spread, int rounds) {
+  std::vector<TimingSummary> summaries;
+  for (int r = 0; r < rounds; ++r) {
+    const double median = center * (1.0 + spread * (double(r % 3) - 1.0) + 0.001 * r);
+    summaries.push_back(summarize({median * 0.99, median, median * 1.01}, 0.02));
+  }
+  return merge_rounds(summaries, 0.02);
+}
+
+TEST(MergeRounds, KeepsEverySampleAndEachRoundsMedian) {
+  const TimingSummary merged = merge_rounds({summarize({1, 2, 3}, 0.02), summarize({10, 20, 30, 40}, 0.02)}, 0.02);
+  EXPECT_EQ(merged.samples_ms, (std::vector<double>{1, 2, 3, 10, 20, 30, 40}));
+  EXPECT_EQ(merged.round_medians_ms, (std::vector<double>{2, 25}));
+  EXPECT_DOUBLE_EQ(merged.median_ms, 10);
+}
+
+TEST(ComparePhase, RoundsAreTheEvidenceWhenBothSidesHaveEnough) {
+  // Each round's samples are tight (±1%), so a U test over all samples finds 3% apart "significant";
+  // the rounds themselves spread ±8%, and over them 3% is noise.
+  const TimingSummary a = rounds_around(10.0, 0.08, 9);
+  const TimingSummary b = rounds_around(10.3, 0.08, 9);
+  const PhaseComparison phase = compare_phase(a, b, {});
+  EXPECT_EQ(phase.basis, PhaseComparison::Basis::rounds);
+  EXPECT_EQ(phase.count_a, 9u);
+  EXPECT_GT(phase.round_noise, 0.05);
+  EXPECT_EQ(phase.verdict, Verdict::same);
+  // 30% slower is beyond the rounds' spread and every round of B is slower: SLOWER.
+  const PhaseComparison slower = compare_phase(a, rounds_around(13.0, 0.08, 9), {});
+  EXPECT_EQ(slower.basis, PhaseComparison::Basis::rounds);
+  EXPECT_LT(*slower.p_value, 0.001);
+  EXPECT_EQ(slower.verdict, Verdict::slower);
+  // The bar is the rounds' spread where it is larger than the threshold. With alpha near 1 the test
+  // lets everything through, so that the bar alone decides: 6% apart is beyond 5%, but within rounds
+  // that spread ±8% (stddev/mean about 0.07) it is SAME; with rounds that spread ±1% it is SLOWER.
+  CompareOptions lenient;
+  lenient.alpha = 0.999;
+  const PhaseComparison within = compare_phase(a, rounds_around(10.6, 0.08, 9), lenient);
+  EXPECT_LT(*within.p_value, lenient.alpha);
+  EXPECT_GT(within.ratio, 1.05);
+  EXPECT_EQ(within.verdict, Verdict::same) << within.round_noise;
+  EXPECT_EQ(compare_phase(rounds_around(10.0, 0.01, 9), rounds_around(10.6, 0.01, 9), lenient).verdict, Verdict::slower);
+  // Three rounds a side cannot reach p < 0.05: the samples decide instead.
+  EXPECT_EQ(compare_phase(rounds_around(10, 0.0, 3), rounds_around(13, 0.0, 3), {}).basis, PhaseComparison::Basis::samples);
+}
+
+TEST(HostLoad, SlowdownBoundFromTheLoadOtherProcessesPut) {
+  HostLoad load;
+  EXPECT_DOUBLE_EQ(load.slowdown_bound(2), 1.0);  // not recorded
+  load.cpus = 2;
+  load.start = 0.5;
+  load.end = 2.4;
+  EXPECT_DOUBLE_EQ(load.slowdown_bound(2), 1.25);  // 0.5 others + 2 own threads on 2 CPUs
+  load.start = 5.5;
+  EXPECT_DOUBLE_EQ(load.slowdown_bound(2), 3.75);  // (5.5 + 2) / 2
+  load.start = 0.0;
+  load.end = 7.0;  // after the run: 7 less our 2 threads
+  EXPECT_DOUBLE_EQ(load.slowdown_bound(2), 3.5);
+  EXPECT_DOUBLE_EQ(load.slowdown_bound(0), 3.5);  // a GPU row: its one host thread
+  load.end = 1.0;
+  EXPECT_DOUBLE_EQ(load.slowdown_bound(1), 1.0);  // room to spare
+  const HostLoad from_meta = host_load(nlohmann::json::parse(
+      R"({"environment": {"load_average_start": {"1m": 6.0, "5m": 1, "15m": 1}, "load_average_end": null, "logical_cpus": 4}})"));
+  EXPECT_EQ(from_meta.start, 6.0);
+  EXPECT_FALSE(from_meta.end.has_value());
+  EXPECT_EQ(from_meta.cpus, 4);
+  EXPECT_DOUBLE_EQ(from_meta.slowdown_bound(2), 2.0);
+}
+
+TEST(ComparePhase, ADifferenceTheLoadCouldExplainIsUnsure) {
+  const TimingSummary a = rounds_around(10.0, 0.01, 9);
+  const TimingSummary twice = rounds_around(20.0, 0.01, 9);
+  EXPECT_EQ(compare_phase(a, twice, {}, 1.0, 1.0).verdict, Verdict::slower);
+  const PhaseComparison loaded = compare_phase(a, twice, {}, 1.0, 3.75);  // B's machine was loaded
+  EXPECT_EQ(loaded.verdict, Verdict::unsure);
+  EXPECT_DOUBLE_EQ(loaded.load_bound, 3.75);
+  EXPECT_EQ(compare_phase(a, twice, {}, 3.75, 1.0).verdict, Verdict::slower);  // A's load makes A slower, not B
+  EXPECT_EQ(compare_phase(twice, a, {}, 3.75, 1.0).verdict, Verdict::unsure);  // B faster: A's load explains it
+  EXPECT_EQ(compare_phase(a, rounds_around(50.0, 0.01, 9), {}, 1.0, 3.75).verdict, Verdict::slower);  // 5x > 3.75
+  EXPECT_EQ(compare_phase(a, a, {}, 3.75, 3.75).verdict, Verdict::same);
+}
+
+ResultsFile file_of(std::vector<Row> rows, const std::string& meta_json) {
+  ResultsFile file;
+  file.rows = std::move(rows);
+  file.meta = nlohmann::ordered_json::parse(meta_json);
+  return file;
+}
+
+const std::string kMeta = R"({"build": {"type": "Release", "compiler": "GNU 12", "flags": "-O3", "native": true,
+  "cuda": false}, "host": {"cpu": "Some CPU", "hostname": "box"}, "git": "abc"})";
+
+TEST(CompareRuns, DifferencesOfHostBuildDeviceThreadsAndDtype) {
+  const ResultsFile a = file_of(four_variant_rows(), kMeta);
+  // Another revision is what a comparison is for: no difference.
+  std::string other_revision = kMeta;
+  other_revision.replace(other_revision.find("abc"), 3, "def");
+  EXPECT_TRUE(compare_runs(a, file_of(four_variant_rows(), other_revision), {}).differences().empty());
+
+  std::string other_host = kMeta;
+  other_host.replace(other_host.find("box"), 3, "pod");
+  other_host.replace(other_host.find("-O3"), 3, "-O2");
+  other_host.replace(other_host.find("Some CPU"), 8, "That CPU");
+  std::vector<Row> b = four_variant_rows();
+  for (Row& row : b) {
+    row.threads = 2;
+    row.problem.dtype = Dtype::bf16;
+  }
+  const Comparison c = compare_runs(a, file_of(b, other_host), {});
+  ASSERT_EQ(c.pairs.size(), 4u);  // matched although the dtype differs
+  EXPECT_TRUE(c.only_a.empty() && c.only_b.empty());
+  std::vector<std::string> what;
+  for (const Difference& d : c.differences()) what.push_back(d.what);
+  EXPECT_EQ(what, (std::vector<std::string>{"host", "build", "device", "threads", "dtype"}));
+  EXPECT_EQ(c.differences()[3], (Difference{"threads", "4", "2"}));
+  EXPECT_NE(c.table().find("the runs differ"), std::string::npos) << c.table();
+  EXPECT_NE(c.table().find("[device Some CPU vs That CPU, threads 4 vs 2, dtype fp32 vs bf16]"), std::string::npos)
+      << c.table();
+  // A file that does not say is not a difference.
+  EXPECT_TRUE(compare_runs(a, file_of(four_variant_rows(), "{}"), {}).differences().empty());
+}
+
+TEST(CompareRuns, ExactDtypeMatchesComeFirst) {
+  std::vector<Row> a = four_variant_rows(), b = four_variant_rows();
+  Row bf16 = a[0];
+  bf16.problem.dtype = Dtype::bf16;
+  a.push_back(bf16);
+  b.insert(b.begin(), bf16);  // b has the bf16 row first: it must still pair with a's bf16 row
+  const Comparison c = compare_runs(a, b, {});
+  ASSERT_EQ(c.pairs.size(), 5u);
+  EXPECT_TRUE(c.differences().empty());
+}
+
+TEST(CompareRuns, GeometricMeanPerImplementationAndMarkdown) {
+  std::vector<Row> a = four_variant_rows(), b = four_variant_rows();
+  Row v2_long = a[2];
+  v2_long.problem.seq = 512;
+  a.push_back(v2_long);
+  b.push_back(v2_long);
+  b[2].bwd = scaled(b[2].bwd, 4.0);  // one v2 row 4x slower backward, the other the same: geomean 2
+  const Comparison c = compare_runs(a, b, {});
+  const std::vector<GeometricMean> means = c.geometric_means();
+  ASSERT_EQ(means.size(), 3u);  // standard, v2, checkpoint (v1 was never timed)
+  EXPECT_EQ(means[1].impl, "v2");
+  EXPECT_EQ(means[1].rows, 2u);
+  EXPECT_NEAR(means[1].bwd_ratio, 2.0, 1e-12);
+  EXPECT_NEAR(means[1].fwd_ratio, 1.0, 1e-12);
+  EXPECT_NE(c.table().find("geometric mean B/A of v2: fwd 1.000, bwd 2.000 over 2 rows"), std::string::npos) << c.table();
+  const std::string md = c.markdown();
+  EXPECT_EQ(md.find("| backend | variant | problem | fwd A |"), md.find('|')) << md;
+  EXPECT_NE(md.find("| --- | --- | --- | ---: |"), std::string::npos) << md;
+  EXPECT_NE(md.find("- geometric mean B/A of v2"), std::string::npos) << md;
+  EXPECT_EQ(c.to_json()["geometric_means"][1]["bwd_ratio"].get<double>(), means[1].bwd_ratio);
+}
+
 struct CommandResult {
   int exit_code;
   std::string output;
@@ -153,13 +310,34 @@ TEST(CompareCommand, ATwiceSlowerCopyIsSlowerAndFailsOnRegression) {
   const CommandResult plain = run_flashbench("compare " + kFixture + " " + path);
   const CommandResult as_json = run_flashbench("compare --format json " + kFixture + " " + path);
   std::filesystem::remove(path);
-  EXPECT_EQ(failing.exit_code, 1) << failing.output;
+  EXPECT_EQ(failing.exit_code, 3) << failing.output;  // a regression: neither a failure (1) nor a usage error (2)
   EXPECT_EQ(count(failing.output, " SLOWER\n"), timed) << failing.output;
   EXPECT_EQ(count(failing.output, "FASTER"), count(failing.output, "SLOWER/FASTER")) << failing.output;
   EXPECT_EQ(plain.exit_code, 0);
   const nlohmann::json document = nlohmann::json::parse(as_json.output);
   EXPECT_EQ(document["pairs"][0]["verdict"], "SLOWER");
   EXPECT_DOUBLE_EQ(document["pairs"][0]["fwd"]["ratio"].get<double>(), 2.0);
+}
+
+TEST(CompareCommand, RefusesRunsWithOtherThreadsUnlessAllowed) {
+  ResultsFile file = read_results_file(kFixture);
+  for (Row& row : file.rows) row.threads = 1;
+  std::ostringstream one_thread;
+  auto reporter = make_reporter("json", one_thread, false);
+  reporter->begin(nlohmann::ordered_json(file.meta));
+  for (const Row& row : file.rows) reporter->add(row);
+  reporter->finish();
+  const std::string path = (std::filesystem::temp_directory_path() / "flashbench-compare-threads.json").string();
+  write_file_atomically(path, one_thread.str());
+  const CommandResult refused = run_flashbench("compare " + kFixture + " " + path);
+  const CommandResult allowed = run_flashbench("compare --allow-mismatch --format md " + kFixture + " " + path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_EQ(count(refused.output, "\n"), 1u) << refused.output;  // one line, on stderr
+  EXPECT_NE(refused.output.find("threads: '4' vs '1'"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("--allow-mismatch"), std::string::npos) << refused.output;
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
+  EXPECT_NE(allowed.output.find("- the runs differ (--allow-mismatch): threads 4 vs 1"), std::string::npos) << allowed.output;
 }
 
 TEST(CompareCommand, BaselineModeAndUsageErrors) {

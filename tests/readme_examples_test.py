@@ -43,6 +43,10 @@ SCALED = {
     "flashbench run --seq-q 512 --seq-k 8192 --heads 8 --kv-heads 2 --causal":
         ["run", "--seq-q", "64", "--seq-k", "300", "--heads", "4", "--kv-heads", "2", "--causal", *QUICK],
     "flashbench model --preset korthikanti": ["model", "--preset", "korthikanti"],
+    "flashbench run --seq 1024,4096 --rounds 9 --format json --out after.json":
+        ["run", "--seq", "128,256", "--heads", "2", "--rounds", "9", "--format", "json", "--out", "{tmp}/after.json",
+         "--max-time", "0.02"],
+    "flashbench compare before.json after.json --format md": ["compare", "{tmp}/cpu.json", "{tmp}/cpu.json", "--format", "md"],
     "flashbench compare before.json after.json --fail-on-regression":
         ["compare", "{tmp}/cpu.json", "{tmp}/cpu.json", "--fail-on-regression"],
     "flashbench compare --baseline standard cpu.json": ["compare", "--baseline", "standard", "{tmp}/cpu.json"],

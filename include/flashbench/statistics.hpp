@@ -15,10 +15,18 @@ struct TimingSummary {
   bool noisy = false;       // median_noise stayed above the target
   bool first_outlier = false;  // the first sample was far slower than the median (a cold start)
   double noise_target = 0;  // the max_noise the summary was made against
+  // run --rounds R: the median of each round, in round order [ms]; empty for a run of one round.
+  // Rounds are whole passes over the sweep, so their spread shows variation between runs that the
+  // samples of one round, taken back to back, do not.
+  std::vector<double> round_medians_ms;
   int64_t count() const { return static_cast<int64_t>(samples_ms.size()); }
 };
 
 TimingSummary summarize(std::vector<double> samples_ms, double max_noise);
+
+// One summary of several rounds of the same measurement: their samples in round order, summarized
+// as one series, and each round's median in round_medians_ms.
+TimingSummary merge_rounds(const std::vector<TimingSummary>& rounds, double max_noise);
 
 // One line per problem with a summary, naming `phase` ("fwd", "bwd"): noise above target,
 // an outlying first sample. Empty when the measurement is clean or has no samples.

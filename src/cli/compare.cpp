@@ -17,12 +17,16 @@ struct CompareFlags {
   std::optional<std::string> baseline;
   CompareOptions options;
   bool fail_on_regression = false;
+  bool allow_mismatch = false;
   std::string format = "table";
 };
 
+// A regression that --fail-on-regression reports: apart from a failure (1) and a usage error (2).
+constexpr int kExitRegression = 3;
+
 int run_compare(const CompareFlags& flags) {
-  if (flags.format != "table" && flags.format != "json")
-    throw UsageError(fmt::format("compare --format: '{}' (expected table or json)", flags.format));
+  if (flags.format != "table" && flags.format != "json" && flags.format != "md")
+    throw UsageError(fmt::format("compare --format: '{}' (expected table, json or md)", flags.format));
   if (!(flags.options.threshold >= 0)) throw UsageError("--threshold must be 0 or more (a fraction, e.g. 0.05)");
   if (!(flags.options.alpha > 0 && flags.options.alpha < 1)) throw UsageError("--alpha must be in (0, 1)");
   Comparison comparison;
@@ -30,7 +34,7 @@ int run_compare(const CompareFlags& flags) {
     if (flags.files.size() != 1) throw UsageError("compare --baseline VARIANT takes one results file");
     const ResultsFile file = read_results_file(flags.files[0]);
     require_our_schema(file, flags.files[0]);
-    comparison = compare_to_baseline(file.rows, *flags.baseline, flags.options);
+    comparison = compare_to_baseline(file, *flags.baseline, flags.options);
     comparison.b_name = flags.files[0];
   } else {
     if (flags.files.size() != 2) throw UsageError("compare takes two results files (or --baseline VARIANT and one)");
@@ -38,22 +42,21 @@ int run_compare(const CompareFlags& flags) {
     const ResultsFile b = read_results_file(flags.files[1]);
     require_our_schema(a, flags.files[0]);
     require_our_schema(b, flags.files[1]);
-    comparison = compare_runs(a.rows, b.rows, flags.options);
+    comparison = compare_runs(a, b, flags.options);
     comparison.a_name = flags.files[0];
     comparison.b_name = flags.files[1];
   }
-  if (flags.format == "json") {
-    nlohmann::ordered_json document = comparison.to_json();
-    document["threshold"] = flags.options.threshold;
-    document["alpha"] = flags.options.alpha;
-    std::cout << document.dump(2) << "\n";
-  } else {
-    std::cout << comparison.table();
-    std::cout << fmt::format("SLOWER/FASTER: medians differ by more than {:.0f}% and the Mann-Whitney U test gives p < {}\n",
-                             100 * flags.options.threshold, flags.options.alpha);
+  const std::vector<Difference> differences = comparison.differences();
+  if (!differences.empty() && !flags.allow_mismatch) {
+    std::string listed;
+    for (const Difference& d : differences) listed += fmt::format("{}{}: '{}' vs '{}'", listed.empty() ? "" : "; ", d.what, d.a, d.b);
+    throw UsageError(fmt::format("compare: the runs were not made alike ({}); --allow-mismatch compares them anyway", listed));
   }
+  if (flags.format == "json") std::cout << comparison.to_json().dump(2) << "\n";
+  else if (flags.format == "md") std::cout << comparison.markdown();
+  else std::cout << comparison.table();
   std::cout.flush();
-  return flags.fail_on_regression && comparison.any_slower() ? 1 : 0;
+  return flags.fail_on_regression && comparison.any_slower() ? kExitRegression : 0;
 }
 
 }  // namespace
@@ -63,9 +66,14 @@ void register_compare(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("compare", "Compare two result files, or every variant of one file with a baseline");
   sub->footer(
       "Rows are matched by backend, variant and problem. Each phase is SLOWER or FASTER when its median moved by\n"
-      "more than --threshold and a two-sided Mann-Whitney U test on the samples gives p < --alpha; else SAME.\n"
+      "more than --threshold (or the spread of its rounds' medians, if larger) and a two-sided Mann-Whitney U test\n"
+      "gives p < --alpha: over the rounds' medians where both runs have 4 or more (run --rounds R), else over the\n"
+      "samples of one round, which do not see variation between runs. UNSURE: such a change that the load other\n"
+      "processes put on the slower run's machine (meta.environment) could explain. Runs whose host, device,\n"
+      "threads, dtype or build (type, compiler, flags) differ are refused unless --allow-mismatch.\n"
+      "Exit: 0, 3 with --fail-on-regression and a row SLOWER, 1 a failure, 2 a usage error or a refused mismatch.\n"
       "Examples: flashbench compare before.json after.json --fail-on-regression\n"
-      "          flashbench compare --baseline standard run.json");
+      "          flashbench compare --baseline standard run.json --format md");
   sub->add_option("files", flags->files, "Result files (.json or .jsonl): A B, or one with --baseline")
       ->required()
       ->check(CLI::ExistingFile);
@@ -73,8 +81,10 @@ void register_compare(CLI::App& app) {
                                         "Compare every variant of one file with this variant (e.g. standard)");
   sub->add_option("--threshold", flags->options.threshold, "Smallest relative change that counts")->capture_default_str();
   sub->add_option("--alpha", flags->options.alpha, "Significance level of the U test")->capture_default_str();
-  sub->add_flag("--fail-on-regression", flags->fail_on_regression, "Exit 1 when any row is SLOWER");
-  sub->add_option("--format,-f", flags->format, "table or json")->capture_default_str();
+  sub->add_flag("--fail-on-regression", flags->fail_on_regression, "Exit 3 when any row is SLOWER");
+  sub->add_flag("--allow-mismatch", flags->allow_mismatch,
+                "Compare runs made on different hosts, devices, thread counts, dtypes or builds (the differences are listed)");
+  sub->add_option("--format,-f", flags->format, "table, json or md (Markdown, for a pull request)")->capture_default_str();
   set_action(sub, [flags](const std::vector<std::string>&) { return run_compare(*flags); });
 }
 

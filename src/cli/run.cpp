@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -55,6 +56,7 @@ struct RunFlags {
   bool resume = false;                   // --resume: keep what --out already holds of this shard
   int device_index = 0;                  // --device-index: which GPU
   std::optional<std::string> trace;      // --trace: a directory for one memory trace per row
+  int rounds = 1;                        // --rounds: passes over the sweep, each timing every row again
 };
 
 // The CPU ceilings a run reads its rates against: measured now with the run's threads, or read back
@@ -185,6 +187,40 @@ nlohmann::ordered_json run_settings(const RunFlags& flags, const RunOptions& opt
           {"mem_limit", flags.mem_limit ? nlohmann::ordered_json(*flags.mem_limit) : nlohmann::ordered_json(nullptr)}};
 }
 
+// A configuration's rows across --rounds: the first round's (memory, check, trace) and the timings of
+// every round, folded into the rows once its last round is done.
+struct ConfigurationRounds {
+  std::vector<Row> rows;
+  std::vector<std::vector<TimingSummary>> fwd, bwd;  // [implementation][round]
+
+  void add_first(std::vector<Row> first) {
+    rows = std::move(first);
+    fwd.assign(rows.size(), {});
+    bwd.assign(rows.size(), {});
+    for (size_t k = 0; k < rows.size(); ++k) add(k, rows[k], 0);
+  }
+  // Row k as timed again in `round`: its timings, or the reason it stopped (no later round runs it).
+  void add(size_t k, const Row& timed, int round) {
+    if (timed.status != Status::ok) {
+      rows[k].status = timed.status;
+      rows[k].reason = round == 0 ? timed.reason : fmt::format("round {}: {}", round + 1, timed.reason);
+      return;
+    }
+    fwd[k].push_back(timed.fwd);
+    bwd[k].push_back(timed.bwd);
+  }
+  // The rows with every round's samples and round medians (rows of one round stay as they were).
+  std::vector<Row> finish(int rounds, double max_noise) {
+    if (rounds > 1)
+      for (size_t k = 0; k < rows.size(); ++k)
+        if (rows[k].status == Status::ok) {
+          rows[k].fwd = merge_rounds(fwd[k], max_noise);
+          rows[k].bwd = merge_rounds(bwd[k], max_noise);
+        }
+    return std::move(rows);
+  }
+};
+
 // SIGINT or SIGTERM during a sweep: the first asks it to stop after the configuration in hand (its
 // rows and every earlier one are written, marked incomplete); a second ends the process at once,
 // leaving no half-written file (--out is written atomically at the end).
@@ -271,7 +307,9 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   std::vector<double> costs;
   for (const Problem& problem : problems)
     costs.push_back(modelled_run_seconds(problem, int(implementations.size()), spec.sampling, entry.nominal_flop_rate));
-  const SweepRecord sweep = make_sweep_record(spec, run_settings(flags, options), implementation_names, costs, shard);
+  nlohmann::ordered_json settings = run_settings(flags, options);
+  if (flags.rounds > 1) settings["rounds"] = flags.rounds;  // one round: the hash of runs made before rounds
+  const SweepRecord sweep = make_sweep_record(spec, std::move(settings), implementation_names, costs, shard);
   const std::optional<ResultsFile> earlier = flags.resume ? earlier_results(*flags.out, sweep) : std::nullopt;
   const std::vector<bool> done = earlier ? whole_configurations(problems, implementation_names, spec.backend, earlier->rows)
                                          : std::vector<bool>(problems.size(), false);
@@ -335,27 +373,58 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   std::vector<Implementation*> chosen;
   for (const auto& implementation : implementations) chosen.push_back(implementation.get());
   Runner runner(*device, options);
-  const bool progress = isatty(STDERR_FILENO) && to_run.size() > 1;
+  // Rounds after the first only time: the first checked the outputs and recorded the traces.
+  RunOptions timing_options = options;
+  timing_options.check = false;
+  timing_options.record_timeline = false;
+  Runner timing_runner(*device, timing_options);
+  const size_t steps = to_run.size() * size_t(flags.rounds);
+  const bool progress = isatty(STDERR_FILENO) && steps > 1;
   const auto start = std::chrono::steady_clock::now();
-  size_t finished = 0;
-  for (size_t index = 0; index < to_run.size() && !stop.received(); ++index, finished = index) {
-    const Problem& problem = to_run[index];
-    if (progress) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const std::string eta = index == 0 ? "" : " ETA " + format_eta(elapsed / index * (to_run.size() - index));
-      fmt::print(stderr, "\r\033[K[{}/{}] {}{}", index + 1, to_run.size(), problem.describe(), eta);
-    }
-    for (Row& row : runner.run(problem, chosen)) {
-      row.peak_gflops = sgemm_ceiling_gflops;
-      any_failed |= row.status == Status::failed;
-      if (flags.trace) {
-        try {  // a trace lost is said, not worth the sweep's results
-          write_trace_file(*flags.trace, row);
-        } catch (const RuntimeFailure& e) {
-          fmt::print(stderr, "flashbench: warning: --trace: {}\n", e.what());
-        }
+  std::vector<ConfigurationRounds> configurations(to_run.size());
+  size_t finished = 0;  // configurations whose every round is done, reported
+  // Round by round over the whole share, so that what changes on the machine during the run falls
+  // on every configuration's rounds alike rather than on one configuration's.
+  for (int round = 0; round < flags.rounds && !stop.received(); ++round) {
+    for (size_t index = 0; index < to_run.size() && !stop.received(); ++index) {
+      const Problem& problem = to_run[index];
+      const size_t step = size_t(round) * to_run.size() + index;
+      if (progress) {
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const std::string eta = step == 0 ? "" : " ETA " + format_eta(elapsed / double(step) * double(steps - step));
+        const std::string rounds = flags.rounds > 1 ? fmt::format(" round {}/{}", round + 1, flags.rounds) : "";
+        fmt::print(stderr, "\r\033[K[{}/{}]{} {}{}", index + 1, to_run.size(), rounds, problem.describe(), eta);
       }
-      reporter->add(row);
+      ConfigurationRounds& configuration = configurations[index];
+      if (round == 0) {
+        configuration.add_first(runner.run(problem, chosen));
+        if (flags.trace)
+          for (const Row& row : configuration.rows) {
+            try {  // a trace lost is said, not worth the sweep's results
+              write_trace_file(*flags.trace, row);
+            } catch (const RuntimeFailure& e) {
+              fmt::print(stderr, "flashbench: warning: --trace: {}\n", e.what());
+            }
+          }
+      } else {
+        // The implementations still ok, each round starting from another, so that none is always first.
+        std::vector<size_t> order;
+        for (size_t k = 0; k < chosen.size(); ++k)
+          if (configuration.rows[k].status == Status::ok) order.push_back(k);
+        if (!order.empty()) std::rotate(order.begin(), order.begin() + (round % order.size()), order.end());
+        std::vector<Implementation*> timed;
+        for (size_t k : order) timed.push_back(chosen[k]);
+        const std::vector<Row> rows = timing_runner.run(problem, timed);
+        for (size_t i = 0; i < order.size(); ++i) configuration.add(order[i], rows[i], round);
+      }
+      if (round + 1 == flags.rounds) {
+        for (Row& row : configuration.finish(flags.rounds, spec.sampling.max_noise)) {
+          row.peak_gflops = sgemm_ceiling_gflops;
+          any_failed |= row.status == Status::failed;
+          reporter->add(row);
+        }
+        finished = index + 1;
+      }
     }
   }
   if (progress) fmt::print(stderr, "\r\033[K");
@@ -461,6 +530,11 @@ void register_run(CLI::App& app) {
     if (value < 0) throw UsageError(fmt::format("--device-index must be 0 or more (got {})", value));
     flags->device_index = value;
   }, "Which GPU, counted among those CUDA_VISIBLE_DEVICES shows (default 0); rows record it");
+  sub->add_option_function<int>("--rounds", [flags](int value) {
+    if (value < 1) throw UsageError(fmt::format("--rounds must be at least 1 (got {})", value));
+    flags->rounds = value;
+  }, "Time the whole sweep this many times over, round after round, and keep each round's median: compare "
+     "judges runs on those from 4 rounds a side (9 recommended; default 1)");
   optional_string("--trace", flags->trace,
                   "Write each row's memory timeline into this directory (created if missing) as a Chrome/Perfetto "
                   "trace, <backend>-<impl>-B..-H..-N..-d..-L..[-causal]-<dtype>.trace.json (docs/trace.md)");

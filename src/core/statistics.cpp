@@ -56,6 +56,14 @@ TimingSummary summarize(std::vector<double> samples_ms, double max_noise) {
   return s;
 }
 
+TimingSummary merge_rounds(const std::vector<TimingSummary>& rounds, double max_noise) {
+  std::vector<double> samples;
+  for (const TimingSummary& round : rounds) samples.insert(samples.end(), round.samples_ms.begin(), round.samples_ms.end());
+  TimingSummary merged = summarize(std::move(samples), max_noise);
+  for (const TimingSummary& round : rounds) merged.round_medians_ms.push_back(round.median_ms);
+  return merged;
+}
+
 std::vector<std::string> timing_warnings(const TimingSummary& summary, std::string_view phase) {
   std::vector<std::string> warnings;
   if (summary.count() == 0) return warnings;

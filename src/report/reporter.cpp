@@ -65,13 +65,13 @@ void write_in_place(const std::string& path, const std::string& contents) {
 namespace {
 // True when `path` is replaced by renaming a temporary file over it (a regular file, or nothing
 // yet); false when it names a pipe, a terminal or a device, which is written into as it is. A
-// directory is a UsageError: the command line named the wrong thing.
+// directory is a RuntimeFailure here (check_writable makes it a usage error before a run).
 bool replaced_by_rename(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code error;
   const fs::file_status status = fs::status(path, error);
   if (error || !fs::exists(status) || fs::is_regular_file(status)) return true;
-  if (fs::is_directory(status)) throw UsageError(fmt::format("cannot write '{}': it is a directory", path));
+  if (fs::is_directory(status)) throw RuntimeFailure(fmt::format("cannot write '{}': it is a directory", path));
   return false;
 }
 
@@ -91,6 +91,9 @@ std::pair<int, std::string> create_temporary_beside(const std::string& path) {
 }  // namespace
 
 void check_writable(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error))  // the command line named the wrong thing
+    throw UsageError(fmt::format("cannot write '{}': it is a directory", path));
   if (!replaced_by_rename(path)) return;  // a pipe or a device: opened when the results are written
   const auto [fd, temp] = create_temporary_beside(path);
   ::close(fd);

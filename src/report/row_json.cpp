@@ -35,6 +35,7 @@ ordered_json timing_to_json(const TimingSummary& t) {
   j["noise_target"] = t.noise_target;
   j["noisy"] = t.noisy;
   j["first_outlier"] = t.first_outlier;
+  if (!t.round_medians_ms.empty()) j["round_medians_ms"] = t.round_medians_ms;
   return j;
 }
 
@@ -91,6 +92,8 @@ TimingSummary timing_from_json(const json& j) {
   t.noise_target = number_or(j, "noise_target", 0);
   t.noisy = j.value("noisy", false);
   t.first_outlier = j.value("first_outlier", false);
+  if (j.contains("round_medians_ms") && j.at("round_medians_ms").is_array())
+    t.round_medians_ms = j.at("round_medians_ms").get<std::vector<double>>();
   return t;
 }
 

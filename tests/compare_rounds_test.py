@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""run --rounds R and compare: the same small sweep run twice, one run after the other, comes out
+SAME on every row — or UNSURE where, and only where, the load recorded on the slower run's machine
+could explain the difference — never FASTER or SLOWER; and --fail-on-regression exits 0. Each row
+carries R round medians per phase, the verdict is reached on them, and the rows' samples are every
+round's. A copy of the second run with every sample of one row doubled is SLOWER there and exits 3.
+
+usage: compare_rounds_test.py FLASHBENCH_BINARY SOURCE_DIR
+"""
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROUNDS = 5
+SWEEP = ["--seq", "128", "--heads", "2", "--head-dim", "32", "--variant", "all", "--threads", "1",
+         "--max-time", "0.05", "--min-samples", "5", "--rounds", str(ROUNDS), "--format", "json"]
+
+failures = 0
+
+
+def check(condition, what):
+    global failures
+    if not condition:
+        failures += 1
+    print(f"{'ok' if condition else 'FAIL'} {what}")
+
+
+def main():
+    binary = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        runs = [tmp / "first.json", tmp / "second.json"]
+        for path in runs:
+            result = subprocess.run([binary, "run", *SWEEP, "--out", str(path)], capture_output=True, text=True)
+            check(result.returncode == 0, f"run --rounds {ROUNDS} exits 0 ({result.stderr.strip()[:200]})")
+        rows = json.loads(runs[0].read_text())["rows"]
+        check(len(rows) == 4 and all(row["status"] == "ok" for row in rows), f"{len(rows)} rows, all ok")
+        for row in rows:
+            for phase in ("fwd", "bwd"):
+                timing = row["timing"][phase]
+                medians = timing.get("round_medians_ms", [])
+                check(len(medians) == ROUNDS, f'{row["impl"]} {phase}: {len(medians)} round medians')
+                check(timing["count"] >= 5 * ROUNDS, f'{row["impl"]} {phase}: {timing["count"]} samples over the rounds')
+                check(min(timing["samples_ms"]) <= min(medians) and max(medians) <= max(timing["samples_ms"]),
+                      f'{row["impl"]} {phase}: round medians lie within the samples')
+
+        result = subprocess.run([binary, "compare", "--format", "json", *map(str, runs)], capture_output=True, text=True)
+        check(result.returncode == 0, f"compare exits 0 ({result.stderr.strip()[:200]})")
+        document = json.loads(result.stdout)
+        pairs = document["pairs"]
+        check(len(pairs) == 4, f"{len(pairs)} pairs")
+        for pair in pairs:
+            for phase in ("fwd", "bwd"):
+                p = pair[phase]
+                check(p["basis"] == "rounds" and p["count_a"] == ROUNDS == p["count_b"],
+                      f'{pair["impl_b"]} {phase}: judged on {p["count_a"]} and {p["count_b"]} {p["basis"]}')
+                explained = p["verdict"] == "UNSURE" and p["load_bound"] > 1
+                check(p["verdict"] == "SAME" or explained,
+                      f'{pair["impl_b"]} {phase}: {p["verdict"]} (ratio {p["ratio"]:.3f}, p {p["p_value"]}, '
+                      f'round noise {p["round_noise"]:.3f}, load bound {p["load_bound"]:.2f})')
+        failing = subprocess.run([binary, "compare", "--fail-on-regression", *map(str, runs)], capture_output=True,
+                                 text=True)
+        check(failing.returncode == 0, f"--fail-on-regression on identical runs exits {failing.returncode}")
+
+        # One row of the second run made twice as slow in every sample of every round.
+        second = json.loads(runs[1].read_text())
+        timing = second["rows"][2]["timing"]["bwd"]
+        for key in ("samples_ms", "round_medians_ms"):
+            timing[key] = [2 * x for x in timing[key]]
+        timing["median_ms"] *= 2
+        # Quiet machines on both sides, so that only the timings speak.
+        for document_meta in (second["meta"],):
+            document_meta["environment"]["load_average_start"] = None
+            document_meta["environment"]["load_average_end"] = None
+        slower = tmp / "slower.json"
+        slower.write_text(json.dumps(second))
+        result = subprocess.run([binary, "compare", "--fail-on-regression", "--format", "json", str(runs[1]), str(slower)],
+                                capture_output=True, text=True)
+        check(result.returncode == 3, f"a twice slower row exits {result.returncode} (3: a regression)")
+        verdicts = [pair["bwd"]["verdict"] for pair in json.loads(result.stdout)["pairs"]] if result.stdout else []
+        check(verdicts[2:3] == ["SLOWER"], f"the doubled row is SLOWER: {verdicts}")
+    print("FAILED" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
