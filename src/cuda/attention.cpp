@@ -208,12 +208,6 @@ std::optional<std::string> CudaAttention::unsupported(const Problem& problem) co
   if (variant_ != Variant::v2) return std::nullopt;
   if (!flash_supports(problem.head_dim))
     return fmt::format("v2 on CUDA is built for head_dim 64 and 128, not {}", problem.head_dim);
-  LayerShape shape = LayerShape::of(problem);
-  shape.dropout = philox::make_dropout_mask(problem.dropout, 0, 0);  // only whether it is active matters here
-  if (!flash_runs(shape, flash_kernels(kernels_)))
-    return fmt::format("{}: G < H, N_k != N and dropout run on the wgmma kernels (bf16/fp16 on compute capability "
-                       "9.0) only so far",
-                       problem.workload());
   return std::nullopt;
 }
 

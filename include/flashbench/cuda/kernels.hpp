@@ -61,7 +61,8 @@ void dropout_backward(const LayerShape& shape, const unsigned char* mask, void* 
 
 // --- v2: fused tiled kernels (src/cuda/flash_mma.cu for bf16/fp16, src/cuda/flash_simt.cu for fp32)
 
-// Head dims the fused kernels are compiled for.
+// Head dims the fused kernels are compiled for; each of them runs every workload above (GQA/MQA,
+// N_k ≠ N, dropout) at those.
 bool flash_supports(int64_t head_dim);
 
 // Which tensor-core kernels run bf16/fp16: `best` takes wgmma on a Hopper GPU (compute capability
@@ -71,10 +72,6 @@ enum class FlashKernels { best, mma_sync };
 
 // Whether `best` means wgmma on the current device.
 bool flash_uses_wgmma(Dtype dtype, FlashKernels kernels);
-
-// Whether the fused kernels chosen by `kernels` run this shape: every kernel runs self-attention
-// without dropout; GQA, N_k ≠ N and dropout run on the wgmma kernels only so far.
-bool flash_runs(const LayerShape& shape, FlashKernels kernels);
 
 // O = attention(Q, K, V) with online softmax; LSE = m + log l per row [BH, N] fp32 (+∞ for a row
 // that sees no key).
