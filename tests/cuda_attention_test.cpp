@@ -275,7 +275,7 @@ INSTANTIATE_TEST_SUITE_P(
         WorkloadCase{"gqa_prime_nk_less_causal_fp16_d64", 4, 2, 383, 129, 64, true, false, 0.0, Dtype::fp16},
         WorkloadCase{"mqa_prime_nk_more_causal_bf16_d128", 8, 1, 131, 389, 128, true, false, 0.0, Dtype::bf16},
         WorkloadCase{"dropout_mqa_nk_less_causal_bf16_d128", 4, 1, 190, 130, 128, true, false, 0.1, Dtype::bf16},
-        WorkloadCase{"dropout_self_n1_fp16_d64", 2, 2, 1, 1, 64, true, false, 0.5, Dtype::fp16},
+        WorkloadCase{"dropout_self_n1_fp16_d64", 4, 4, 1, 1, 64, true, false, 0.3, Dtype::fp16},
         WorkloadCase{"dropout_self_prime_fp16_d64", 2, 2, 383, 383, 64, false, false, 0.1, Dtype::fp16}),
     workload_name);
 
