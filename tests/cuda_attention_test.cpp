@@ -216,9 +216,12 @@ TEST(CudaDevice, MeasuredMemoryMatchesModel) {
 // repeated (expand_kv), N_k ≠ N both ways with the bottom-right causal mask (N > N_k leaves rows that
 // see no key), dropout alone and with all of them; odd lengths spanning several tiles; L = 2, so dC
 // gathers two layers. Every variant's row is checked against float64 (dC of the first K/V group
-// included; with dropout, on the same Philox mask) and its memory equals the model. v2's wgmma
-// kernels run these on a Hopper GPU; elsewhere, and for fp32 and v2.mma, v2 is a skipped row that
-// says so.
+// included; with dropout, on the same Philox mask) and its memory equals the model. Every
+// implementation runs every shape: v2 on the wgmma kernels on a Hopper GPU in bf16/fp16 and on the
+// mma.sync kernels elsewhere, v2.mma on the mma.sync kernels everywhere, both on the SIMT kernels in
+// fp32. The traps of those kernels: N = 1, prime lengths, N_k > N and N_k < N causal (a whole query
+// tile that sees no key), MQA with many query heads per K/V head, dropout with self-attention (dQ and
+// dK + dV in one accumulator) and with a context.
 struct WorkloadCase {
   const char* name;
   int64_t heads, kv_heads, seq, seq_k, head_dim;
@@ -251,19 +254,17 @@ TEST_P(CudaWorkloads, EveryVariantMatchesModelAndFloat64) {
       select_implementations(cuda_entry(), {"standard", "v1", "v2", "checkpoint", "v2.mma"});
   const std::vector<Row> rows = Runner(*device, quick_options()).run(problem, pointers(implementations));
   ASSERT_EQ(rows.size(), 5u);
-  // v2 runs these on the wgmma kernels: bf16/fp16 on compute capability 9.0.
+  // Every kernel family runs these workloads; d = 96 only the wgmma kernels (bf16/fp16, cc 9.0).
   const bool wgmma = c.dtype != Dtype::fp32 && cuda::compute_capability(0) == 90;
   std::vector<Row> ran;
   for (const Row& row : rows) {
-    const bool expect_skip = row.implementation() == "v2.mma" || (row.implementation() == "v2" && !wgmma);
-    if (expect_skip) {
+    if (c.head_dim == 96 && row.variant == Variant::v2 && !(row.implementation() == "v2" && wgmma)) {
       EXPECT_EQ(row.status, Status::skipped) << row.implementation();
-      EXPECT_NE(row.reason.find("wgmma"), std::string::npos) << row.reason;  // says which kernels run it
+      EXPECT_NE(row.reason.find("head_dim"), std::string::npos) << row.reason;
       continue;
     }
     ran.push_back(row);
   }
-  EXPECT_EQ(ran.size(), wgmma ? 4u : 3u);
   expect_rows_match_model_and_float64(problem, ran);
 }
 
@@ -282,6 +283,19 @@ INSTANTIATE_TEST_SUITE_P(
         WorkloadCase{"dropout_gqa_nk_more_causal_fp16_d128", 4, 2, 130, 190, 128, true, false, 0.2, Dtype::fp16},
         WorkloadCase{"dropout_gqa_expand_bf16_d64", 4, 2, 130, 190, 64, false, true, 0.2, Dtype::bf16},
         WorkloadCase{"gqa_dropout_fp32_d64", 4, 2, 70, 90, 64, true, false, 0.1, Dtype::fp32},
+        // The traps of the mma.sync (bf16/fp16) and SIMT (fp32) kernels.
+        WorkloadCase{"mqa_n1_causal_fp32_d128", 4, 1, 1, 37, 128, true, false, 0.0, Dtype::fp32},
+        WorkloadCase{"mqa_prime_nk_less_causal_fp32_d128", 4, 1, 131, 67, 128, true, false, 0.0, Dtype::fp32},
+        WorkloadCase{"gqa_prime_nk_more_causal_fp32_d64", 4, 2, 67, 193, 64, true, false, 0.0, Dtype::fp32},
+        WorkloadCase{"dropout_self_causal_fp32_d128", 2, 2, 97, 97, 128, true, false, 0.2, Dtype::fp32},
+        WorkloadCase{"dropout_mqa_nk_less_fp32_d64_expand", 4, 1, 83, 61, 64, false, true, 0.1, Dtype::fp32},
+        WorkloadCase{"mqa_n1_causal_bf16_d64", 4, 1, 1, 131, 64, true, false, 0.0, Dtype::bf16},
+        WorkloadCase{"gqa_prime_nk_less_causal_fp16_d64", 4, 2, 383, 129, 64, true, false, 0.0, Dtype::fp16},
+        WorkloadCase{"mqa_prime_nk_more_causal_bf16_d128", 8, 1, 131, 389, 128, true, false, 0.0, Dtype::bf16},
+        WorkloadCase{"dropout_mqa_nk_less_causal_bf16_d128", 4, 1, 190, 130, 128, true, false, 0.1, Dtype::bf16},
+        WorkloadCase{"dropout_self_n1_fp16_d64", 4, 4, 1, 1, 64, true, false, 0.3, Dtype::fp16},
+        WorkloadCase{"dropout_self_prime_fp16_d64", 2, 2, 383, 383, 64, false, false, 0.1, Dtype::fp16},
+        // d = 96 on the wgmma kernels (v2.mma and the other GPUs' v2: skipped rows).
         WorkloadCase{"dropout_gqa_nk_less_causal_bf16_d96", 4, 2, 201, 150, 96, true, false, 0.1, Dtype::bf16}),
     workload_name);
 

@@ -206,16 +206,10 @@ class KeyValues {
 
 std::optional<std::string> CudaAttention::unsupported(const Problem& problem) const {
   if (variant_ != Variant::v2) return std::nullopt;
-  LayerShape shape = LayerShape::of(problem);
-  shape.dropout = philox::make_dropout_mask(problem.dropout, 0, 0);  // only whether it is active matters here
-  if (flash_runs(shape, flash_kernels(kernels_))) return std::nullopt;
-  if (!flash_supports(problem.head_dim))
-    return fmt::format("v2 on CUDA is built for head_dim 64 and 128 (and 96 on the wgmma kernels: bf16/fp16 on "
-                       "compute capability 9.0), not {}",
-                       problem.head_dim);
-  return fmt::format("{}: G < H, N_k != N and dropout run on the wgmma kernels (bf16/fp16 on compute capability "
-                     "9.0) only so far",
-                     problem.workload());
+  if (flash_runs(LayerShape::of(problem), flash_kernels(kernels_))) return std::nullopt;
+  return fmt::format("v2 on CUDA is built for head_dim 64 and 128 (and 96 on the wgmma kernels: bf16/fp16 on "
+                     "compute capability 9.0), not {}",
+                     problem.head_dim);
 }
 
 void CudaAttention::forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) {

@@ -23,33 +23,22 @@ bool current_device_is_hopper() {
   return major == 9 && minor == 0;
 }
 
-bool square_self_attention(const LayerShape& shape) {
-  return shape.group_size == 1 && shape.seq_k == shape.seq && !shape.dropout.active();
-}
-
 }  // namespace
 
 bool flash_uses_wgmma(Dtype dtype, FlashKernels kernels) {
   return dtype != Dtype::fp32 && kernels == FlashKernels::best && current_device_is_hopper();
 }
 
+// Every kernel runs every workload (GQA, N_k ≠ N, dropout) at the head dims it is built for.
 bool flash_runs(const LayerShape& shape, FlashKernels kernels) {
-  if (flash_uses_wgmma(shape.dtype, kernels)) return flash_wgmma_supports(shape.head_dim);
-  return flash_supports(shape.head_dim) && square_self_attention(shape);
+  return flash_uses_wgmma(shape.dtype, kernels) ? flash_wgmma_supports(shape.head_dim)
+                                                : flash_supports(shape.head_dim);
 }
-
-namespace {
-
-void require_runs(const LayerShape& shape, FlashKernels kernels) {
-  if (!flash_runs(shape, kernels))
-    throw RuntimeFailure("internal error: v2's kernels do not run this shape (CudaAttention::unsupported says why)");
-}
-
-}  // namespace
 
 void flash_forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    FlashKernels kernels, cudaStream_t stream) {
-  require_runs(shape, kernels);
+  if (!flash_runs(shape, kernels))
+    throw RuntimeFailure("internal error: v2's kernels do not run this head dim (CudaAttention::unsupported says why)");
   if (flash_uses_wgmma(shape.dtype, kernels)) return flash_forward_wgmma(shape, Q, K, V, O, lse, stream);
   if (shape.dtype == Dtype::fp32) return flash_forward_simt(shape, Q, K, V, O, lse, stream);
   flash_forward_mma(shape, Q, K, V, O, lse, stream);
@@ -58,7 +47,8 @@ void flash_forward(const LayerShape& shape, const void* Q, const void* K, const 
 void flash_backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* O,
                     const void* dO, const float* lse, float* row_dot, float* dq_accumulator, float* dkv_accumulator,
                     FlashKernels kernels, cudaStream_t stream) {
-  require_runs(shape, kernels);
+  if (!flash_runs(shape, kernels))
+    throw RuntimeFailure("internal error: v2's kernels do not run this head dim (CudaAttention::unsupported says why)");
   const int64_t rows = shape.heads_total * shape.seq;
   check_cuda(cudaMemsetAsync(dq_accumulator, 0, sizeof(float) * size_t(rows * shape.head_dim), stream),
              "cudaMemsetAsync(dq_accumulator)");
@@ -72,10 +62,9 @@ void flash_backward(const LayerShape& shape, const void* Q, const void* K, const
   });
   if (flash_uses_wgmma(shape.dtype, kernels))
     return flash_backward_wgmma(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
-  // The other kernels run self-attention (require_runs): dQ + dK + dV into the one accumulator.
   if (shape.dtype == Dtype::fp32)
-    return flash_backward_simt(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, stream);
-  flash_backward_mma(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, stream);
+    return flash_backward_simt(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
+  flash_backward_mma(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
 }
 
 }  // namespace flashbench::cuda

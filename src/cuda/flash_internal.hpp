@@ -2,6 +2,9 @@
 // The implementations behind flash_forward / flash_backward (kernels.hpp): tensor cores for the
 // 16-bit dtypes — wgmma on Hopper (flash_wgmma.cu, sm_90a), mma.sync elsewhere and as `v2.mma`
 // (flash_mma.cu) — and plain fp32 arithmetic (no TF32, so fp32 keeps fp32 accuracy) for fp32.
+// Each runs every workload of kernels.hpp (GQA, N_k ≠ N, dropout); the backward adds dQ into
+// dq_accumulator [BH,N,d] and dK + dV into dkv_accumulator [BG,N_k,d] (the same buffer for
+// self-attention), both zeroed by the caller.
 #include "flashbench/cuda/kernels.hpp"
 
 namespace flashbench::cuda {
@@ -9,12 +12,11 @@ namespace flashbench::cuda {
 void flash_forward_mma(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                        cudaStream_t stream);
 void flash_backward_mma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                        const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream);
+                        const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
+                        cudaStream_t stream);
 
 void flash_forward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                          cudaStream_t stream);
-// GQA, N_k ≠ N and dropout too: dQ into dq_accumulator [BH,N,d], dK + dV into dkv_accumulator
-// [BG,N_k,d] (the same buffer for self-attention).
 void flash_backward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
                           const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
                           cudaStream_t stream);
@@ -22,6 +24,7 @@ void flash_backward_wgmma(const LayerShape& shape, const void* Q, const void* K,
 void flash_forward_simt(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                         cudaStream_t stream);
 void flash_backward_simt(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                         const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream);
+                         const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
+                         cudaStream_t stream);
 
 }  // namespace flashbench::cuda

@@ -10,10 +10,17 @@
 //   C 16×8:         c0,c1 (g, 2t, 2t+1)   c2,c3 (g+8, 2t, 2t+1)
 // Two C tiles side by side (keys 16kk..16kk+15) are exactly one A fragment, which is how P and dS
 // go from one product into the next without leaving registers.
+//
+// Every workload of kernels.hpp: query head h reads K/V head h / r; the backward runs over the BG
+// K/V heads and walks the query tiles of all r query heads of a group, so dK and dV sum over the
+// group in registers; the causal mask is bottom-right (query i sees keys j ≤ i + N_k − N), and a
+// query that sees no key gets O = 0 and LSE = +∞. Dropout is a template parameter (the kernels
+// without it carry none of its arithmetic) and redraws the Philox mask of element (h·N + i)·N_k + j.
 #include <cstdint>
 
 #include "flash_common.cuh"
 #include "flash_internal.hpp"
+#include "flash_layer.cuh"
 
 namespace flashbench::cuda {
 
@@ -124,13 +131,14 @@ __device__ __forceinline__ void scores_as_a(uint32_t a[4], const float s[8][4], 
   a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
-// grid (ceil(N/64), BH); Q, K, V, O: [BH, N, D]; lse: [BH, N] (natural log). K and V tiles are
-// double-buffered: the copy of tile j+1 runs while tile j is computed.
-template <class T, int D>
+// grid (ceil(N/64), BH); Q, O: [BH, N, D]; K, V: [BG, N_k, D]; lse: [BH, N] (natural log, +∞ for a
+// row that sees no key). K and V tiles are double-buffered: the copy of tile j+1 runs while tile j is
+// computed. kDropout: O = P̃·V with the mask of `dropout`, the normaliser l summing the undropped P.
+template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(128) flash_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K,
                                                             const T* __restrict__ V, T* __restrict__ O,
-                                                            float* __restrict__ lse, int64_t seq, bool causal,
-                                                            float scale_log2) {
+                                                            float* __restrict__ lse, LayerExtents extents,
+                                                            float scale_log2, philox::DropoutMask dropout) {
   using Tile = FlashTile<D>;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   T* sQ = reinterpret_cast<T*>(shared_raw);
@@ -138,29 +146,34 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* __restrict_
   T* sV = sK + 2 * Tile::kTile;  // [2][64][kLd]
 
   // Causal query tiles further down see more keys: launch those first so the short ones fill the tail.
-  const int64_t head = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * Tile::kRows;
-  const int64_t offset = head * seq * D;
+  const int seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
+  const bool causal = extents.causal;
+  const int64_t head = blockIdx.y;
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * Tile::kRows;
+  const int64_t offset = head * seq * D, kv_offset = head / extents.group_size * seq_k * D;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int wr = warp * 16;
-  const int64_t row[2] = {q0 + wr + g, q0 + wr + g + 8};
+  const int row[2] = {q0 + wr + g, q0 + wr + g + 8};
 
-  const int64_t last_key = causal ? min(q0 + Tile::kRows - 1, seq - 1) : seq - 1;
-  const int key_tiles = int(last_key / Tile::kCols) + 1;
+  // The last key any row of the tile sees; none at all (a tile of rows above a bottom-right diagonal
+  // that starts below them) leaves O = 0.
+  const int last_key = causal ? min(q0 + Tile::kRows - 1 + shift, seq_k - 1) : seq_k - 1;
+  const int key_tiles = last_key < 0 ? 0 : last_key / Tile::kCols + 1;
   copy_tile_async<T, D>(sQ, Q + offset, q0, seq);
-  copy_tile_async<T, D>(sK, K + offset, 0, seq);
-  copy_tile_async<T, D>(sV, V + offset, 0, seq);
+  copy_tile_async<T, D>(sK, K + kv_offset, 0, seq_k);
+  copy_tile_async<T, D>(sV, V + kv_offset, 0, seq_k);
   cp_async_commit();
 
   uint32_t qa[D / 16][4];
   float o[D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max [log2 units] and sum
   for (int j = 0; j < key_tiles; ++j) {
-    const int64_t k0 = int64_t(j) * Tile::kCols;
+    const int k0 = j * Tile::kCols;
     const T* sKj = sK + (j & 1) * Tile::kTile;
     const T* sVj = sV + (j & 1) * Tile::kTile;
     if (j + 1 < key_tiles) {
-      copy_tile_async<T, D>(sK + ((j + 1) & 1) * Tile::kTile, K + offset, k0 + Tile::kCols, seq);
-      copy_tile_async<T, D>(sV + ((j + 1) & 1) * Tile::kTile, V + offset, k0 + Tile::kCols, seq);
+      copy_tile_async<T, D>(sK + ((j + 1) & 1) * Tile::kTile, K + kv_offset, k0 + Tile::kCols, seq_k);
+      copy_tile_async<T, D>(sV + ((j + 1) & 1) * Tile::kTile, V + kv_offset, k0 + Tile::kCols, seq_k);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -183,24 +196,40 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* __restrict_
         mma_16816<T>(s[2 * np + 1], qa[kk], b[2], b[3]);
       }
 
+    // Scores in log2 units; masked ones (past N_k, or right of the diagonal) -INF. The test is
+    // skipped on interior tiles, where every key exists and every row of the tile sees every key.
+    const bool interior = k0 + Tile::kCols <= seq_k && (!causal || k0 + Tile::kCols - 1 <= q0 + shift);
+    if (interior) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] *= scale_log2;
+    } else {
+      const int keys_left = seq_k - k0;
+      // The last visible local key of each row (causal).
+      const int diagonal[2] = {row[0] + shift - k0, row[1] + shift - k0};
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int local_key = 8 * nt + 2 * t + (e & 1);
+          const bool visible = local_key < keys_left && (!causal || local_key <= diagonal[e / 2]);
+          s[nt][e] = visible ? s[nt][e] * scale_log2 : -INFINITY;
+        }
+    }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t key = k0 + 8 * nt + 2 * t + (e & 1);
-        const bool visible = key < seq && (!causal || key <= row[e / 2]);
-        s[nt][e] = visible ? s[nt][e] * scale_log2 : -INFINITY;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
-      }
-    float alpha[2], shift[2];
+      for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
+    float alpha[2], exp_offset[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
       const float new_max = fmaxf(m[h], tile_max[h]);
-      shift[h] = new_max == -INFINITY ? 0.0f : new_max;  // a row with nothing visible yet stays at 0
-      alpha[h] = exp2f(m[h] - shift[h]);
+      exp_offset[h] = new_max == -INFINITY ? 0.0f : new_max;  // a row with nothing visible yet stays at 0
+      alpha[h] = exp2f(m[h] - exp_offset[h]);
       m[h] = new_max;
     }
     float tile_sum[2] = {0.0f, 0.0f};
@@ -208,11 +237,20 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* __restrict_
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[nt][e] = exp2f(s[nt][e] - shift[e / 2]);
+        s[nt][e] = exp2f(s[nt][e] - exp_offset[e / 2]);
         tile_sum[e / 2] += s[nt][e];
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + tile_sum[h];
+    // Dropout after the normaliser: l sums the undropped weights, O the dropped ones.
+    if constexpr (kDropout) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint64_t element = uint64_t((head * seq + row[h]) * seq_k + k0 + 2 * t);  // of key k0 + 2t
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) drop_pair(dropout, element + 8 * nt, s[nt][2 * h], s[nt][2 * h + 1]);
+      }
+    }
 #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd) {
       o[nd][0] *= alpha[0];
@@ -234,6 +272,7 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* __restrict_
     }
     __syncthreads();  // this buffer is the target of the copy issued in the next iteration
   }
+  cp_async_wait<0>();  // a tile that saw no key still issued its first copies
 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -243,26 +282,31 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* __restrict_
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (row[h] >= seq) continue;
-    const float inverse = 1.0f / l[h];
-    T* out = O + offset + row[h] * D;
+    const float inverse = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;  // a row that sees no key: O = 0
+    T* out = O + offset + int64_t(row[h]) * D;
 #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd)
       *reinterpret_cast<uint32_t*>(out + 8 * nd + 2 * t) = pack2<T>(o[nd][2 * h] * inverse, o[nd][2 * h + 1] * inverse);
-    if (t == 0) lse[head * seq + row[h]] = (m[h] + log2f(l[h])) * kLn2;
+    if (t == 0) lse[head * seq + row[h]] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : INFINITY;
   }
 }
 
-// grid (ceil(N/128) key blocks, BH), 8 warps. Each block owns 128 keys (16 per warp) and walks over
-// the query tiles that can see them, accumulating dK and dV in registers; dQ of each query tile is
-// summed over the block's keys in one more product (each warp: 16 queries × D/2 features) and added
-// to `accumulator` with fp32 atomics. Query tiles (Q, dO, LSE, D) are double-buffered.
-template <class T, int D>
+// grid (ceil(N_k/128) key blocks, BG), 8 warps. Each block owns 128 keys (16 per warp) of one K/V
+// head and walks the query tiles of the r query heads that read it and can see those keys,
+// accumulating dK and dV in registers (so they sum over the group); dQ of each query tile is summed
+// over the block's keys in one more product (each warp: 16 queries × D/2 features) and added to
+// `dq_accumulator` [BH, N, D] with fp32 atomics, dK + dV to `dkv_accumulator` [BG, N_k, D] at the end
+// (one buffer for self-attention; both zeroed by the caller). Query tiles (Q, dO, LSE, D) are
+// double-buffered. kDropout: the mask of `dropout` redrawn per element, P̃ for dV and
+// dP = dP̃ ∘ Z/(1 − p) for dS.
+template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(256, 1) flash_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K,
                                                              const T* __restrict__ V, const T* __restrict__ dO,
                                                              const float* __restrict__ lse,
-                                                             const float* __restrict__ row_dot,
-                                                             float* __restrict__ accumulator, int64_t seq,
-                                                             bool causal, float scale, float scale_log2) {
+                                                             const float* __restrict__ row_dot, float* dq_accumulator,
+                                                             float* dkv_accumulator, LayerExtents extents,
+                                                             float scale, float scale_log2,
+                                                             philox::DropoutMask dropout) {
   using Tile = FlashTile<D>;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   constexpr int kKeyTile = Tile::kBwdKeys * Tile::kLd;  // elements of one [128][D] tile
@@ -274,41 +318,54 @@ __global__ void __launch_bounds__(256, 1) flash_backward_kernel(const T* __restr
   float* sLse = reinterpret_cast<float*>(sdS + Tile::kRows * Tile::kLdS);  // [2][64], log2 units
   float* sRowDot = sLse + 2 * Tile::kRows;                                 // [2][64]
 
-  const int64_t head = blockIdx.y, k0 = int64_t(blockIdx.x) * Tile::kBwdKeys;
-  const int64_t offset = head * seq * D;
+  const int seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
+  const bool causal = extents.causal;
+  const int64_t kv_head = blockIdx.y;
+  const int k0 = blockIdx.x * Tile::kBwdKeys;
+  const int64_t kv_offset = kv_head * seq_k * D;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int wk = warp * 16;  // this warp's keys within the block
-  const int64_t key[2] = {k0 + wk + g, k0 + wk + g + 8};
+  const int key_local[2] = {wk + g, wk + g + 8};
+  const int keys_left = seq_k - k0;  // local key lk exists when lk < keys_left
 
-  // Causal: queries before k0 see none of these keys.
-  const int64_t first_query = causal ? k0 : 0;
-  const int query_tiles = int((seq - first_query + Tile::kRows - 1) / Tile::kRows);
-  auto fetch_query_tile = [&](int it) {
-    const int buffer = it & 1;
-    const int64_t q0 = first_query + int64_t(it) * Tile::kRows;
-    copy_tile_async<T, D, Tile::kRows, Tile::kBwdThreads>(sQ + buffer * Tile::kTile, Q + offset, q0, seq);
-    copy_tile_async<T, D, Tile::kRows, Tile::kBwdThreads>(sdO + buffer * Tile::kTile, dO + offset, q0, seq);
+  // Causal: queries i < k0 − shift see none of these keys. The block walks query tiles from
+  // first_query to N in each of the group's r query heads in turn.
+  const int first_query = causal ? max(k0 - shift, 0) : 0;
+  const int query_tiles =
+      first_query < seq ? (seq - first_query + Tile::kRows - 1) / Tile::kRows * extents.group_size : 0;
+  auto fetch_query_tile = [&](int buffer, int64_t head, int q0) {
+    const int64_t row_offset = head * seq;
+    copy_tile_async<T, D, Tile::kRows, Tile::kBwdThreads>(sQ + buffer * Tile::kTile, Q + row_offset * D, q0, seq);
+    copy_tile_async<T, D, Tile::kRows, Tile::kBwdThreads>(sdO + buffer * Tile::kTile, dO + row_offset * D, q0, seq);
     if (threadIdx.x < Tile::kRows) {
-      const int64_t query = q0 + threadIdx.x;
-      sLse[buffer * Tile::kRows + threadIdx.x] = query < seq ? lse[head * seq + query] * kLog2e : 0.0f;
-      sRowDot[buffer * Tile::kRows + threadIdx.x] = query < seq ? row_dot[head * seq + query] : 0.0f;
+      const int query = q0 + threadIdx.x;
+      sLse[buffer * Tile::kRows + threadIdx.x] = query < seq ? lse[row_offset + query] * kLog2e : 0.0f;
+      sRowDot[buffer * Tile::kRows + threadIdx.x] = query < seq ? row_dot[row_offset + query] : 0.0f;
     }
   };
-  copy_tile_async<T, D, Tile::kBwdKeys, Tile::kBwdThreads>(sK, K + offset, k0, seq);
-  copy_tile_async<T, D, Tile::kBwdKeys, Tile::kBwdThreads>(sV, V + offset, k0, seq);
-  fetch_query_tile(0);
+  copy_tile_async<T, D, Tile::kBwdKeys, Tile::kBwdThreads>(sK, K + kv_offset, k0, seq_k);
+  copy_tile_async<T, D, Tile::kBwdKeys, Tile::kBwdThreads>(sV, V + kv_offset, k0, seq_k);
+  int64_t head = kv_head * extents.group_size;  // the query head and first query of tile `it`
+  int q0 = first_query;
+  if (query_tiles > 0) fetch_query_tile(0, head, q0);
   cp_async_commit();
 
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   for (int it = 0; it < query_tiles; ++it) {
     const int buffer = it & 1;
-    const int64_t q0 = first_query + int64_t(it) * Tile::kRows;
+    const int64_t row_offset = head * seq;
+    int next_q0 = q0 + Tile::kRows;  // the next tile, in this query head or at the start of the next
+    int64_t next_head = head;
+    if (next_q0 >= seq) {
+      next_q0 = first_query;
+      ++next_head;
+    }
     const T* sQi = sQ + buffer * Tile::kTile;
     const T* sdOi = sdO + buffer * Tile::kTile;
     const float* sLsei = sLse + buffer * Tile::kRows;
     const float* sRowDoti = sRowDot + buffer * Tile::kRows;
     if (it + 1 < query_tiles) {
-      fetch_query_tile(it + 1);
+      fetch_query_tile(buffer ^ 1, next_head, next_q0);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -334,20 +391,35 @@ __global__ void __launch_bounds__(256, 1) flash_backward_kernel(const T* __restr
         mma_16816<T>(dpt[2 * np + 1], va, bo[2], bo[3]);
       }
     }
-    // In the forward pass P_ij = exp(S_ij − LSE_i); here Pᵀ and dSᵀ = Pᵀ ∘ (dPᵀ − D) per element,
-    // D_i = rowsum(dO ∘ O) from the pre-pass over the whole row.
+    // In the forward pass P_ij = exp(S_ij − LSE_i); here Pᵀ (0 where masked) and
+    // dSᵀ = Pᵀ ∘ (dPᵀ − D) per element, D_i = rowsum(dO ∘ O) from the pre-pass over the whole row;
+    // with dropout dP = dP̃ ∘ Z/(1 − p), and Pᵀ becomes P̃ᵀ for dV.
+    // In 32-bit tile coordinates: query q0 + lq exists when lq < queries_left, and sees key
+    // k0 + lk when lk <= lq + diagonal. Interior tiles (every query and key exists, every key is
+    // seen by every query) skip the test.
+    const int queries_left = min(seq - q0, Tile::kRows);
+    const int diagonal = q0 + shift - k0;
+    const bool interior =
+        queries_left == Tile::kRows && keys_left >= Tile::kBwdKeys && (!causal || diagonal >= Tile::kBwdKeys - 1);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int local_query = 8 * nt + 2 * t + (e & 1);
-        const int64_t query = q0 + local_query;
-        const bool visible = query < seq && key[e / 2] < seq && (!causal || key[e / 2] <= query);
+        const bool visible = interior || (local_query < queries_left && key_local[e / 2] < keys_left &&
+                                          (!causal || key_local[e / 2] <= local_query + diagonal));
         pt[nt][e] = visible ? exp2f(pt[nt][e] * scale_log2 - sLsei[local_query]) : 0.0f;
-        dpt[nt][e] = pt[nt][e] * (dpt[nt][e] - sRowDoti[local_query]);
-        sdS[local_query * Tile::kLdS + wk + g + (e / 2) * 8] = from_float<T>(dpt[nt][e]);
+        if constexpr (kDropout) {
+          const float factor =
+              dropout.factor(uint64_t((row_offset + q0 + local_query) * seq_k + k0 + key_local[e / 2]));
+          dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * factor - sRowDoti[local_query]);
+          pt[nt][e] *= factor;
+        } else {
+          dpt[nt][e] = pt[nt][e] * (dpt[nt][e] - sRowDoti[local_query]);
+        }
+        sdS[local_query * Tile::kLdS + key_local[e / 2]] = from_float<T>(dpt[nt][e]);
       }
-    // dV += Pᵀ dO and dK += dSᵀ Q (scale applied once at the end).
+    // dV += P̃ᵀ dO and dK += dSᵀ Q (scale applied once at the end).
 #pragma unroll
     for (int kk = 0; kk < Tile::kRows / 16; ++kk) {
       uint32_t pa[4], dsa[4];
@@ -385,9 +457,9 @@ __global__ void __launch_bounds__(256, 1) flash_backward_kernel(const T* __restr
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t query = q0 + dq_row + g + 8 * h;
-      if (query >= seq) continue;
-      float* out = accumulator + (head * seq + query) * D + dq_feature;
+      const int local_query = dq_row + g + 8 * h;
+      if (local_query >= queries_left) continue;
+      float* out = dq_accumulator + (row_offset + q0 + local_query) * D + dq_feature;
 #pragma unroll
       for (int nd = 0; nd < kHalf / 8; ++nd) {
         atomicAdd(out + 8 * nd + 2 * t, scale * dq[nd][2 * h]);
@@ -395,13 +467,16 @@ __global__ void __launch_bounds__(256, 1) flash_backward_kernel(const T* __restr
       }
     }
     __syncthreads();  // dS and this query buffer are rewritten in the next iterations
+    head = next_head;
+    q0 = next_q0;
   }
+  cp_async_wait<0>();  // a block no query sees still issued its first copies
 
-  // dX rows of this block's keys get dK + dV (other blocks may be adding dQ to the same rows).
+  // dK + dV of this block's keys (with self-attention other blocks may be adding dQ to the same rows).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (key[h] >= seq) continue;
-    float* out = accumulator + (head * seq + key[h]) * D;
+    if (key_local[h] >= keys_left) continue;
+    float* out = dkv_accumulator + kv_offset + int64_t(k0 + key_local[h]) * D;
 #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd) {
       atomicAdd(out + 8 * nd + 2 * t, scale * dk[nd][2 * h] + dv[nd][2 * h]);
@@ -424,43 +499,60 @@ size_t backward_shared_bytes() {
          sizeof(float) * 4 * Tile::kRows;
 }
 
-template <class T, int D>
+template <class T, int D, bool kDropout>
 void forward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    cudaStream_t stream) {
   const size_t shared = forward_shared_bytes<T, D>();
-  check_cuda(cudaFuncSetAttribute(flash_forward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)),
+  check_cuda(cudaFuncSetAttribute(flash_forward_kernel<T, D, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(shared)),
              "cudaFuncSetAttribute(flash_forward_kernel)");
-  flash_forward_kernel<T, D><<<tile_grid(shape, FlashTile<D>::kRows), FlashTile<D>::kThreads, shared, stream>>>(
+  flash_forward_kernel<T, D, kDropout><<<tile_grid(shape, FlashTile<D>::kRows), FlashTile<D>::kThreads, shared,
+                                         stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
-      shape.seq, shape.causal, shape.scale * kLog2e);
+      LayerExtents::of(shape), shape.scale * kLog2e, shape.dropout);
   check_launch("flash_forward_kernel");
 }
 
-template <class T, int D>
+template <class T, int D, bool kDropout>
 void backward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                    const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream) {
+                    const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
+                    cudaStream_t stream) {
+  using Tile = FlashTile<D>;
   const size_t shared = backward_shared_bytes<T, D>();
-  check_cuda(cudaFuncSetAttribute(flash_backward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)),
+  check_cuda(cudaFuncSetAttribute(flash_backward_kernel<T, D, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(shared)),
              "cudaFuncSetAttribute(flash_backward_kernel)");
-  flash_backward_kernel<T, D><<<tile_grid(shape, FlashTile<D>::kBwdKeys), FlashTile<D>::kBwdThreads, shared,
-                                 stream>>>(
+  // Key blocks along x, one row of them per K/V head.
+  if (shape.kv_heads_total() > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 K/V heads (B·G)");
+  const dim3 grid(static_cast<unsigned>((shape.seq_k + Tile::kBwdKeys - 1) / Tile::kBwdKeys),
+                  static_cast<unsigned>(shape.kv_heads_total()));
+  flash_backward_kernel<T, D, kDropout><<<grid, Tile::kBwdThreads, shared, stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<const T*>(dO), lse,
-      row_dot, accumulator, shape.seq, shape.causal, shape.scale, shape.scale * kLog2e);
+      row_dot, dq_accumulator, dkv_accumulator, LayerExtents::of(shape), shape.scale, shape.scale * kLog2e,
+      shape.dropout);
   check_launch("flash_backward_kernel");
 }
 
 template <class T>
 void forward_by_dim(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                     cudaStream_t stream) {
-  if (shape.head_dim == 64) return forward_typed<T, 64>(shape, Q, K, V, O, lse, stream);
-  return forward_typed<T, 128>(shape, Q, K, V, O, lse, stream);
+  const bool dropout = shape.dropout.active();
+  if (shape.head_dim == 64)
+    return dropout ? forward_typed<T, 64, true>(shape, Q, K, V, O, lse, stream)
+                   : forward_typed<T, 64, false>(shape, Q, K, V, O, lse, stream);
+  return dropout ? forward_typed<T, 128, true>(shape, Q, K, V, O, lse, stream)
+                 : forward_typed<T, 128, false>(shape, Q, K, V, O, lse, stream);
 }
 
 template <class T>
 void backward_by_dim(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                     const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream) {
-  if (shape.head_dim == 64) return backward_typed<T, 64>(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
-  return backward_typed<T, 128>(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
+                     const float* lse, const float* row_dot, float* dq, float* dkv, cudaStream_t stream) {
+  const bool dropout = shape.dropout.active();
+  if (shape.head_dim == 64)
+    return dropout ? backward_typed<T, 64, true>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream)
+                   : backward_typed<T, 64, false>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
+  return dropout ? backward_typed<T, 128, true>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream)
+                 : backward_typed<T, 128, false>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
 }
 
 }  // namespace
@@ -472,10 +564,11 @@ void flash_forward_mma(const LayerShape& shape, const void* Q, const void* K, co
 }
 
 void flash_backward_mma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                        const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream) {
+                        const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
+                        cudaStream_t stream) {
   if (shape.dtype == Dtype::bf16)
-    return backward_by_dim<__nv_bfloat16>(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
-  return backward_by_dim<__half>(shape, Q, K, V, dO, lse, row_dot, accumulator, stream);
+    return backward_by_dim<__nv_bfloat16>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
+  return backward_by_dim<__half>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
 }
 
 }  // namespace flashbench::cuda

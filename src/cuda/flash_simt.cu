@@ -2,8 +2,15 @@
 // keeping LSE; backward recomputing P per tile from LSE and D = rowsum(dO ∘ O)), one thread per
 // query row (forward, dQ) or per key row (dK, dV), tiles of 32 rows in shared memory.
 // Nothing N×N is stored; dQ and dK+dV run as two kernels so that no atomics are needed.
+//
+// Every workload of kernels.hpp: query head h reads K/V head h / r; the dK/dV kernel runs over the
+// BG K/V heads and walks the query rows of all r query heads of its group, so dK and dV sum over the
+// group in registers; the causal mask is bottom-right (query i sees keys j ≤ i + N_k − N), and a
+// query that sees no key gets O = 0 and LSE = +∞. Dropout (a template parameter, so the kernels
+// without it carry none of its arithmetic) redraws the Philox mask of element (h·N + i)·N_k + j.
 #include "flash_common.cuh"
 #include "flash_internal.hpp"
+#include "flash_layer.cuh"
 
 namespace flashbench::cuda {
 
@@ -28,58 +35,78 @@ __device__ __forceinline__ float dot(const float* a, const float* b) {
   return sum;
 }
 
-template <int D>
+// The last key query `row` sees: N_k − 1, or row + N_k − N under the causal mask; −1 for a row past N.
+__device__ __forceinline__ int64_t last_key_of(const LayerExtents& extents, int64_t row) {
+  const int64_t seq = extents.seq, seq_k = extents.seq_k;
+  if (row >= seq) return -1;
+  return extents.causal ? min(row + seq_k - seq, seq_k - 1) : seq_k - 1;
+}
+
+// grid (ceil(N/64), BH); Q, O: [BH, N, D]; K, V: [BG, N_k, D]; lse: [BH, N] (natural log).
+// kDropout: O = P̃·V, P̃ = P ∘ Z/(1 − p), the normaliser l summing the undropped weights.
+template <int D, bool kDropout>
 __global__ void __launch_bounds__(kRowsPerBlock) simt_forward_kernel(const float* __restrict__ Q,
                                                                      const float* __restrict__ K,
                                                                      const float* __restrict__ V, float* __restrict__ O,
-                                                                     float* __restrict__ lse, int64_t seq,
-                                                                     bool causal, float scale_log2) {
+                                                                     float* __restrict__ lse, LayerExtents extents,
+                                                                     float scale_log2, philox::DropoutMask dropout) {
   __shared__ float sK[kTileRows][D], sV[kTileRows][D];
+  const int64_t seq = extents.seq, seq_k = extents.seq_k;
   const int64_t head = blockIdx.y, q0 = int64_t(blockIdx.x) * kRowsPerBlock, row = q0 + threadIdx.x;
-  const int64_t offset = head * seq * D;
+  const int64_t offset = head * seq * D, kv_offset = head / extents.group_size * seq_k * D;
   float q[D], o[D];
 #pragma unroll
   for (int k = 0; k < D; ++k) {
     q[k] = row < seq ? Q[offset + row * D + k] : 0.0f;
     o[k] = 0.0f;
   }
+  const int64_t row_last_key = last_key_of(extents, row);
+  const int64_t block_last_key = last_key_of(extents, min(q0 + kRowsPerBlock, seq) - 1);
+  const uint64_t row_element = uint64_t((head * seq + row) * seq_k);  // dropout element of key 0
+  DropoutRowWalk drop(dropout);
   float m = -INFINITY, l = 0.0f;  // running max [log2 units], running sum
-  const int64_t last_key = causal ? min(q0 + kRowsPerBlock - 1, seq - 1) : seq - 1;
-  for (int64_t k0 = 0; k0 <= last_key; k0 += kTileRows) {
+  for (int64_t k0 = 0; k0 <= block_last_key; k0 += kTileRows) {
     __syncthreads();
-    load_rows<D>(sK, K + offset, k0, seq);
-    load_rows<D>(sV, V + offset, k0, seq);
+    load_rows<D>(sK, K + kv_offset, k0, seq_k);
+    load_rows<D>(sV, V + kv_offset, k0, seq_k);
     __syncthreads();
     for (int j = 0; j < kTileRows; ++j) {
       const int64_t key = k0 + j;
-      if (key >= seq || (causal && key > row)) continue;
+      if (key > row_last_key) break;
       const float s = dot<D>(q, sK[j]) * scale_log2;
       const float new_max = fmaxf(m, s);
       const float alpha = exp2f(m - new_max), p = exp2f(s - new_max);
       l = l * alpha + p;
+      float weight = p;
+      if constexpr (kDropout) weight *= drop.factor(row_element + key);
 #pragma unroll
-      for (int k = 0; k < D; ++k) o[k] = o[k] * alpha + p * sV[j][k];
+      for (int k = 0; k < D; ++k) o[k] = o[k] * alpha + weight * sV[j][k];
       m = new_max;
     }
   }
   if (row >= seq) return;
+  const float inverse = l > 0.0f ? 1.0f / l : 0.0f;  // a row that sees no key: O = 0
 #pragma unroll
-  for (int k = 0; k < D; ++k) O[offset + row * D + k] = o[k] / l;
-  lse[head * seq + row] = (m + log2f(l)) * kLn2;
+  for (int k = 0; k < D; ++k) O[offset + row * D + k] = o[k] * inverse;
+  lse[head * seq + row] = l > 0.0f ? (m + log2f(l)) * kLn2 : INFINITY;
 }
 
-// dQ_i = scale · Σ_j dS_ij K_j, dS_ij = P_ij (dO_i·V_j − D_i), P_ij = exp(S_ij − LSE_i).
-template <int D>
+// dQ_i = scale · Σ_j dS_ij K_j, dS_ij = P_ij (dP_ij − D_i), P_ij = exp(S_ij − LSE_i), where
+// dP_ij = dO_i·V_j, or with dropout dP_ij = (dO_i·V_j) Z_ij/(1 − p). grid (ceil(N/64), BH);
+// dq_accumulator [BH, N, D].
+template <int D, bool kDropout>
 __global__ void __launch_bounds__(kRowsPerBlock) simt_dq_kernel(const float* __restrict__ Q, const float* __restrict__ K,
                                                                 const float* __restrict__ V,
                                                                 const float* __restrict__ dO,
                                                                 const float* __restrict__ lse,
                                                                 const float* __restrict__ row_dot,
-                                                                float* __restrict__ accumulator, int64_t seq,
-                                                                bool causal, float scale, float scale_log2) {
+                                                                float* __restrict__ dq_accumulator,
+                                                                LayerExtents extents, float scale, float scale_log2,
+                                                                philox::DropoutMask dropout) {
   __shared__ float sK[kTileRows][D], sV[kTileRows][D];
+  const int64_t seq = extents.seq, seq_k = extents.seq_k;
   const int64_t head = blockIdx.y, q0 = int64_t(blockIdx.x) * kRowsPerBlock, row = q0 + threadIdx.x;
-  const int64_t offset = head * seq * D;
+  const int64_t offset = head * seq * D, kv_offset = head / extents.group_size * seq_k * D;
   float q[D], dout[D], dq[D];
 #pragma unroll
   for (int k = 0; k < D; ++k) {
@@ -89,100 +116,137 @@ __global__ void __launch_bounds__(kRowsPerBlock) simt_dq_kernel(const float* __r
   }
   const float row_lse = row < seq ? lse[head * seq + row] * kLog2e : 0.0f;
   const float row_d = row < seq ? row_dot[head * seq + row] : 0.0f;
-  const int64_t last_key = causal ? min(q0 + kRowsPerBlock - 1, seq - 1) : seq - 1;
-  for (int64_t k0 = 0; k0 <= last_key; k0 += kTileRows) {
+  const int64_t row_last_key = last_key_of(extents, row);
+  const int64_t block_last_key = last_key_of(extents, min(q0 + kRowsPerBlock, seq) - 1);
+  const uint64_t row_element = uint64_t((head * seq + row) * seq_k);
+  DropoutRowWalk drop(dropout);
+  for (int64_t k0 = 0; k0 <= block_last_key; k0 += kTileRows) {
     __syncthreads();
-    load_rows<D>(sK, K + offset, k0, seq);
-    load_rows<D>(sV, V + offset, k0, seq);
+    load_rows<D>(sK, K + kv_offset, k0, seq_k);
+    load_rows<D>(sV, V + kv_offset, k0, seq_k);
     __syncthreads();
     for (int j = 0; j < kTileRows; ++j) {
       const int64_t key = k0 + j;
-      if (key >= seq || (causal && key > row)) continue;
+      if (key > row_last_key) break;
       const float p = exp2f(dot<D>(q, sK[j]) * scale_log2 - row_lse);
-      const float ds = p * (dot<D>(dout, sV[j]) - row_d);
+      float dp = dot<D>(dout, sV[j]);
+      if constexpr (kDropout) dp *= drop.factor(row_element + key);
+      const float ds = p * (dp - row_d);
 #pragma unroll
       for (int k = 0; k < D; ++k) dq[k] += ds * sK[j][k];
     }
   }
   if (row >= seq) return;
 #pragma unroll
-  for (int k = 0; k < D; ++k) accumulator[offset + row * D + k] += scale * dq[k];
+  for (int k = 0; k < D; ++k) dq_accumulator[offset + row * D + k] += scale * dq[k];
 }
 
-// dV_j = Σ_i P_ij dO_i and dK_j = scale · Σ_i dS_ij Q_i, added to the same rows of `accumulator`
-// (launched after simt_dq_kernel on the same stream, so plain read-modify-write is safe).
-template <int D>
+// dV_j = Σ_i P̃_ij dO_i and dK_j = scale · Σ_i dS_ij Q_i over the queries i of the r query heads
+// that read K/V head g, added to `dkv_accumulator` [BG, N_k, D] (with self-attention the same buffer
+// as dQ's: launched after simt_dq_kernel on the same stream, so plain read-modify-write is safe).
+// grid (ceil(N_k/64), BG).
+template <int D, bool kDropout>
 __global__ void __launch_bounds__(kRowsPerBlock) simt_dkdv_kernel(const float* __restrict__ Q,
                                                                   const float* __restrict__ K,
                                                                   const float* __restrict__ V,
                                                                   const float* __restrict__ dO,
                                                                   const float* __restrict__ lse,
                                                                   const float* __restrict__ row_dot,
-                                                                  float* __restrict__ accumulator, int64_t seq,
-                                                                  bool causal, float scale, float scale_log2) {
+                                                                  float* __restrict__ dkv_accumulator,
+                                                                  LayerExtents extents, float scale, float scale_log2,
+                                                                  philox::DropoutMask dropout) {
   __shared__ float sQ[kTileRows][D], sdO[kTileRows][D];
   __shared__ float sLse[kTileRows], sRowDot[kTileRows];
-  const int64_t head = blockIdx.y, k0 = int64_t(blockIdx.x) * kRowsPerBlock, key = k0 + threadIdx.x;
-  const int64_t offset = head * seq * D;
+  const int64_t seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
+  const int64_t kv_head = blockIdx.y, k0 = int64_t(blockIdx.x) * kRowsPerBlock, key = k0 + threadIdx.x;
+  const int64_t kv_offset = kv_head * seq_k * D;
   float k_row[D], v_row[D], dk[D], dv[D];
 #pragma unroll
   for (int k = 0; k < D; ++k) {
-    k_row[k] = key < seq ? K[offset + key * D + k] : 0.0f;
-    v_row[k] = key < seq ? V[offset + key * D + k] : 0.0f;
+    k_row[k] = key < seq_k ? K[kv_offset + key * D + k] : 0.0f;
+    v_row[k] = key < seq_k ? V[kv_offset + key * D + k] : 0.0f;
     dk[k] = dv[k] = 0.0f;
   }
-  const int64_t first_query = causal ? k0 : 0;
-  for (int64_t q0 = first_query; q0 < seq; q0 += kTileRows) {
-    __syncthreads();
-    load_rows<D>(sQ, Q + offset, q0, seq);
-    load_rows<D>(sdO, dO + offset, q0, seq);
-    if (threadIdx.x < kTileRows) {
-      const int64_t query = q0 + threadIdx.x;
-      sLse[threadIdx.x] = query < seq ? lse[head * seq + query] * kLog2e : 0.0f;
-      sRowDot[threadIdx.x] = query < seq ? row_dot[head * seq + query] : 0.0f;
-    }
-    __syncthreads();
-    for (int i = 0; i < kTileRows; ++i) {
-      const int64_t query = q0 + i;
-      if (query >= seq || key >= seq || (causal && key > query)) continue;
-      const float p = exp2f(dot<D>(sQ[i], k_row) * scale_log2 - sLse[i]);
-      const float ds = p * (dot<D>(sdO[i], v_row) - sRowDot[i]);
+  // Causal: query i sees key j when i ≥ j − shift, so this thread's first viewer is key − shift and
+  // the block's is k0 − shift (no query before it sees any of its keys). A key past N_k: nobody.
+  const int64_t first_viewer = key >= seq_k ? seq : extents.causal ? max(key - shift, int64_t(0)) : 0;
+  const int64_t first_query = extents.causal ? max(k0 - shift, int64_t(0)) : 0;
+  for (int c = 0; c < extents.group_size; ++c) {
+    const int64_t head = kv_head * extents.group_size + c, offset = head * seq * D;
+    for (int64_t q0 = first_query; q0 < seq; q0 += kTileRows) {
+      __syncthreads();
+      load_rows<D>(sQ, Q + offset, q0, seq);
+      load_rows<D>(sdO, dO + offset, q0, seq);
+      if (threadIdx.x < kTileRows) {
+        const int64_t query = q0 + threadIdx.x;
+        sLse[threadIdx.x] = query < seq ? lse[head * seq + query] * kLog2e : 0.0f;
+        sRowDot[threadIdx.x] = query < seq ? row_dot[head * seq + query] : 0.0f;
+      }
+      __syncthreads();
+      const int rows = int(min(seq - q0, int64_t(kTileRows)));
+      for (int i = 0; i < rows; ++i) {
+        const int64_t query = q0 + i;
+        if (query < first_viewer) continue;
+        const float p = exp2f(dot<D>(sQ[i], k_row) * scale_log2 - sLse[i]);
+        float dp = dot<D>(sdO[i], v_row), dropped_p = p;
+        if constexpr (kDropout) {
+          const float factor = dropout.factor(uint64_t((head * seq + query) * seq_k + key));
+          dp *= factor;
+          dropped_p *= factor;
+        }
+        const float ds = p * (dp - sRowDot[i]);
 #pragma unroll
-      for (int k = 0; k < D; ++k) {
-        dv[k] += p * sdO[i][k];
-        dk[k] += ds * sQ[i][k];
+        for (int k = 0; k < D; ++k) {
+          dv[k] += dropped_p * sdO[i][k];
+          dk[k] += ds * sQ[i][k];
+        }
       }
     }
   }
-  if (key >= seq) return;
+  if (key >= seq_k) return;
 #pragma unroll
-  for (int k = 0; k < D; ++k) accumulator[offset + key * D + k] += scale * dk[k] + dv[k];
+  for (int k = 0; k < D; ++k) dkv_accumulator[kv_offset + key * D + k] += scale * dk[k] + dv[k];
 }
 
-dim3 row_grid(const LayerShape& shape) {
-  if (shape.heads_total > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 heads (B·H)");
-  return dim3(static_cast<unsigned>((shape.seq + kRowsPerBlock - 1) / kRowsPerBlock),
-              static_cast<unsigned>(shape.heads_total));
+// ceil(rows/64) blocks along x, one row of them per head.
+dim3 row_grid(int64_t rows, int64_t heads) {
+  if (heads > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 heads (B·H)");
+  return dim3(static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(heads));
 }
 
-template <int D>
+template <int D, bool kDropout>
 void forward_dim(const LayerShape& shape, const float* Q, const float* K, const float* V, float* O, float* lse,
                  cudaStream_t stream) {
-  simt_forward_kernel<D><<<row_grid(shape), kRowsPerBlock, 0, stream>>>(Q, K, V, O, lse, shape.seq, shape.causal,
-                                                                       shape.scale * kLog2e);
+  simt_forward_kernel<D, kDropout><<<row_grid(shape.seq, shape.heads_total), kRowsPerBlock, 0, stream>>>(
+      Q, K, V, O, lse, LayerExtents::of(shape), shape.scale * kLog2e, shape.dropout);
   check_launch("simt_forward_kernel");
 }
 
-template <int D>
+template <int D, bool kDropout>
 void backward_dim(const LayerShape& shape, const float* Q, const float* K, const float* V, const float* dO,
-                  const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream) {
-  simt_dq_kernel<D><<<row_grid(shape), kRowsPerBlock, 0, stream>>>(Q, K, V, dO, lse, row_dot, accumulator, shape.seq,
-                                                                   shape.causal, shape.scale, shape.scale * kLog2e);
+                  const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
+                  cudaStream_t stream) {
+  const LayerExtents extents = LayerExtents::of(shape);
+  simt_dq_kernel<D, kDropout><<<row_grid(shape.seq, shape.heads_total), kRowsPerBlock, 0, stream>>>(
+      Q, K, V, dO, lse, row_dot, dq_accumulator, extents, shape.scale, shape.scale * kLog2e, shape.dropout);
   check_launch("simt_dq_kernel");
-  simt_dkdv_kernel<D><<<row_grid(shape), kRowsPerBlock, 0, stream>>>(Q, K, V, dO, lse, row_dot, accumulator,
-                                                                     shape.seq, shape.causal, shape.scale,
-                                                                     shape.scale * kLog2e);
+  simt_dkdv_kernel<D, kDropout><<<row_grid(shape.seq_k, shape.kv_heads_total()), kRowsPerBlock, 0, stream>>>(
+      Q, K, V, dO, lse, row_dot, dkv_accumulator, extents, shape.scale, shape.scale * kLog2e, shape.dropout);
   check_launch("simt_dkdv_kernel");
+}
+
+template <bool kDropout>
+void forward_dropout(const LayerShape& shape, const float* Q, const float* K, const float* V, float* O, float* lse,
+                     cudaStream_t stream) {
+  if (shape.head_dim == 64) return forward_dim<64, kDropout>(shape, Q, K, V, O, lse, stream);
+  return forward_dim<128, kDropout>(shape, Q, K, V, O, lse, stream);
+}
+
+template <bool kDropout>
+void backward_dropout(const LayerShape& shape, const float* Q, const float* K, const float* V, const float* dO,
+                      const float* lse, const float* row_dot, float* dq, float* dkv, cudaStream_t stream) {
+  if (shape.head_dim == 64) return backward_dim<64, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
+  return backward_dim<128, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
 }
 
 }  // namespace
@@ -193,18 +257,20 @@ void flash_forward_simt(const LayerShape& shape, const void* Q, const void* K, c
   const auto* k = static_cast<const float*>(K);
   const auto* v = static_cast<const float*>(V);
   auto* o = static_cast<float*>(O);
-  if (shape.head_dim == 64) return forward_dim<64>(shape, q, k, v, o, lse, stream);
-  return forward_dim<128>(shape, q, k, v, o, lse, stream);
+  if (shape.dropout.active()) return forward_dropout<true>(shape, q, k, v, o, lse, stream);
+  forward_dropout<false>(shape, q, k, v, o, lse, stream);
 }
 
 void flash_backward_simt(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                         const float* lse, const float* row_dot, float* accumulator, cudaStream_t stream) {
+                         const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
+                         cudaStream_t stream) {
   const auto* q = static_cast<const float*>(Q);
   const auto* k = static_cast<const float*>(K);
   const auto* v = static_cast<const float*>(V);
   const auto* dout = static_cast<const float*>(dO);
-  if (shape.head_dim == 64) return backward_dim<64>(shape, q, k, v, dout, lse, row_dot, accumulator, stream);
-  return backward_dim<128>(shape, q, k, v, dout, lse, row_dot, accumulator, stream);
+  if (shape.dropout.active())
+    return backward_dropout<true>(shape, q, k, v, dout, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
+  backward_dropout<false>(shape, q, k, v, dout, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
 }
 
 }  // namespace flashbench::cuda

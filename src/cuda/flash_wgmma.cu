@@ -21,6 +21,7 @@
 
 #include "flash_common.cuh"
 #include "flash_internal.hpp"
+#include "flash_layer.cuh"
 #include "hopper.cuh"
 
 namespace flashbench::cuda {
@@ -46,12 +47,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
-}
-
-// Word `lane` (0..3) of a Philox block, without indexing the array by a run-time value (which would
-// put it in local memory).
-__device__ __forceinline__ uint32_t word_at(const philox::Block& words, int lane) {
-  return lane == 0 ? words.word[0] : lane == 1 ? words.word[1] : lane == 2 ? words.word[2] : words.word[3];
 }
 
 // Barrier of the 128 threads of one warpgroup (ids 1 and 2; 0 is __syncthreads).
@@ -141,7 +136,7 @@ __global__ void __launch_bounds__(256, 1)
       for (int w = 0; w < 4; ++w) {
         const int64_t key = int64_t(block_start + w) - int64_t(first);
         if (key >= 0 && key < Plan::kKeys)
-          keep[query * Plan::kMaskLd + key] = word_at(words, w) >= dropout.threshold ? 1 : 0;
+          keep[query * Plan::kMaskLd + key] = philox_word(words, w) >= dropout.threshold ? 1 : 0;
       }
     }
   };
@@ -406,7 +401,7 @@ __global__ void __launch_bounds__(256, 1)
       for (int w = 0; w < 4; ++w) {
         const int64_t key = int64_t(block_start + w) - int64_t(first);
         if (key >= 0 && key < Plan::kKeys)
-          keep[query * Plan::kMaskLd + key] = word_at(words, w) >= dropout.threshold ? 1 : 0;
+          keep[query * Plan::kMaskLd + key] = philox_word(words, w) >= dropout.threshold ? 1 : 0;
       }
     }
   };

@@ -61,8 +61,9 @@ void dropout_backward(const LayerShape& shape, const unsigned char* mask, void* 
 
 // --- v2: fused tiled kernels (src/cuda/flash_mma.cu for bf16/fp16, src/cuda/flash_simt.cu for fp32)
 
-// Head dims every family of fused kernels is compiled for (64, 128), and the wgmma kernels (also 96,
-// zero-padded to 128 in shared memory).
+// Head dims every family of fused kernels is compiled for (64, 128; each runs every workload above,
+// GQA/MQA, N_k ≠ N and dropout, at those), and those of the wgmma kernels (also 96, zero-padded to
+// 128 in shared memory).
 bool flash_supports(int64_t head_dim);
 bool flash_wgmma_supports(int64_t head_dim);
 
@@ -73,10 +74,6 @@ enum class FlashKernels { best, mma_sync };
 
 // Whether `best` means wgmma on the current device.
 bool flash_uses_wgmma(Dtype dtype, FlashKernels kernels);
-
-// Whether the fused kernels chosen by `kernels` run this shape: every kernel runs self-attention
-// without dropout; GQA, N_k ≠ N and dropout run on the wgmma kernels only so far.
-bool flash_runs(const LayerShape& shape, FlashKernels kernels);
 
 // O = attention(Q, K, V) with online softmax; LSE = m + log l per row [BH, N] fp32 (+∞ for a row
 // that sees no key).
