@@ -75,6 +75,10 @@ enum class FlashKernels { best, mma_sync };
 // Whether `best` means wgmma on the current device.
 bool flash_uses_wgmma(Dtype dtype, FlashKernels kernels);
 
+// Whether the fused kernels chosen by `kernels` run this shape: its head dim is one they are built
+// for (d = 96 on the wgmma kernels only).
+bool flash_runs(const LayerShape& shape, FlashKernels kernels);
+
 // O = attention(Q, K, V) with online softmax; LSE = m + log l per row [BH, N] fp32 (+∞ for a row
 // that sees no key).
 void flash_forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
