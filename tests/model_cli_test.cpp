@@ -89,7 +89,8 @@ TEST(ModelCommand, OneDeviceOfARingIsTheSingleDeviceModel) {
   const CommandResult ring = flashbench(args + " --cp 1");
   ASSERT_EQ(alone.exit_code, 0);
   EXPECT_EQ(ring.out, alone.out);
-  for (const auto& row : nlohmann::json::parse(alone.out)["rows"]) {
+  const nlohmann::json document = nlohmann::json::parse(alone.out);  // alive through the loop
+  for (const auto& row : document["rows"]) {
     EXPECT_EQ(row["cp"], 1);
     EXPECT_EQ(row["sent_bytes"]["stack"], 0);
   }
@@ -101,7 +102,8 @@ TEST(ModelCommand, RingRowsCarryTheSplitAndTheBytesSent) {
                                      "--layers 3 --dtype bf16 --format json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const int64_t block = 1 * 2 * 1024 * 64;  // elements of one device's [B,H,N/4,d] block
-  for (const auto& row : nlohmann::json::parse(r.out)["rows"]) {
+  const nlohmann::json document = nlohmann::json::parse(r.out);  // alive through the loop
+  for (const auto& row : document["rows"]) {
     SCOPED_TRACE(row["variant"].get<std::string>());
     EXPECT_EQ(row["cp"], 4);
     EXPECT_EQ(row["local_seq"], 1024);
