@@ -17,6 +17,7 @@
 // cores, and dSᵀ is stored for dQ while the dV and dK products run. dQ goes to the fp32
 // accumulator by bulk reductions (cp.reduce.async.bulk, one 256-byte row piece per thread) instead
 // of per-element atomics; dK and dV once at the end.
+#include <algorithm>
 #include <cstdint>
 
 #include "flash_common.cuh"
@@ -361,7 +362,13 @@ __global__ void __launch_bounds__(256, 1)
   const int64_t first_query = causal ? max(k0 - shift, int64_t(0)) : 0;
   const int tiles_per_head =
       first_query < seq ? int((seq - first_query + Plan::kQueries - 1) / Plan::kQueries) : 0;
-  const int query_tiles = tiles_per_head * extents.group_size;
+  // The group's query heads this block takes: all r, or a share of them where the grid splits the
+  // group over gridDim.z blocks (too few K/V heads and key blocks to fill the GPU: MQA, GQA at short
+  // N). dK and dV are added atomically at the end, so the shares sum.
+  const int heads_per_split = (extents.group_size + int(gridDim.z) - 1) / int(gridDim.z);
+  const int first_head = int(blockIdx.z) * heads_per_split;
+  const int heads_here = max(0, min(extents.group_size - first_head, heads_per_split));
+  const int query_tiles = tiles_per_head * heads_here;
   struct QueryTile {
     int64_t row_offset;  // head · N: the query head's first row in Q, dO, LSE, D and dQ
     int64_t q0;          // its first query
@@ -408,7 +415,7 @@ __global__ void __launch_bounds__(256, 1)
 
   load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sK, K + kv_offset, k0, seq_k, thread);
   load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sV, V + kv_offset, k0, seq_k, thread);
-  QueryTile tile{kv_head * extents.group_size * seq, first_query};
+  QueryTile tile{(kv_head * extents.group_size + first_head) * seq, first_query};
   if (query_tiles > 0) fetch_query_tile(tile, 0);
   cp_async_commit();
   if constexpr (kDropout) {
@@ -622,10 +629,20 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
   check_cuda(cudaFuncSetAttribute(backward_kernel<T, D, kDim, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   kSharedBytes),
              "cudaFuncSetAttribute(backward_kernel)");
-  // Key blocks along x, one row of them per K/V head.
+  // Key blocks along x, one row of them per K/V head, and the group's r query heads split over z
+  // until the grid has two blocks per SM (one block fits an SM), so that MQA at short N does not run
+  // a few blocks each walking every query head.
   if (shape.kv_heads_total() > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 K/V heads (B·G)");
-  const dim3 grid(static_cast<unsigned>((shape.seq_k + Plan::kKeys - 1) / Plan::kKeys),
-                  static_cast<unsigned>(shape.kv_heads_total()));
+  const int64_t key_blocks = (shape.seq_k + Plan::kKeys - 1) / Plan::kKeys;
+  int device = 0, sms = 1;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  int64_t splits = 1;
+  while (splits < shape.group_size && key_blocks * shape.kv_heads_total() * splits < 2 * int64_t(sms)) ++splits;
+  const int64_t heads_per_split = (shape.group_size + splits - 1) / splits;
+  splits = std::min<int64_t>((shape.group_size + heads_per_split - 1) / heads_per_split, 65535);  // none empty
+  const dim3 grid(static_cast<unsigned>(key_blocks), static_cast<unsigned>(shape.kv_heads_total()),
+                  static_cast<unsigned>(splits));
   backward_kernel<T, D, kDim, kDropout><<<grid, Plan::kThreads, kSharedBytes, stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<const T*>(dO), lse,
       row_dot, dq_accumulator, dkv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
