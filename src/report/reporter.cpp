@@ -102,7 +102,11 @@ void check_writable(const std::string& path) {
 
 void write_file_atomically(const std::string& path, const std::string& contents) {
   if (!replaced_by_rename(path)) return write_in_place(path, contents);
-  const auto [fd, temp] = create_temporary_beside(path);
+  // Plain variables, not a structured binding: the lambda below captures them (C++20 allows
+  // capturing bindings, clang before 16 does not).
+  const std::pair<int, std::string> created = create_temporary_beside(path);
+  const int fd = created.first;
+  const std::string& temp = created.second;
   const auto fail = [&](std::string_view what) {
     const std::string reason = std::strerror(errno);
     ::close(fd);
