@@ -50,6 +50,28 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// Dropout keep flags of kRows query rows × kKeys consecutive keys into keep [kRows][kLd] (1 = kept),
+// drawn by the kThreads threads of a block, one Philox block (four consecutive elements of a row) per
+// work item: a row whose first element is not 4-aligned spans kKeys/4 + 1 blocks. Row r's first
+// element in the layer's [BH, N, N_k] weights is first_element + r·N_k.
+template <int kRows, int kKeys, int kLd, int kThreads>
+__device__ __forceinline__ void draw_keep_flags(const philox::DropoutMask& dropout, uint64_t first_element,
+                                                int64_t seq_k, unsigned char* keep, int thread) {
+  constexpr int kBlocksPerRow = kKeys / 4 + 1;
+  for (int item = thread; item < kRows * kBlocksPerRow; item += kThreads) {
+    const int row = item / kBlocksPerRow, block = item % kBlocksPerRow;
+    const uint64_t first = first_element + uint64_t(row) * uint64_t(seq_k);
+    const uint64_t block_start = (first / 4 + uint64_t(block)) * 4;
+    if (block_start >= first + kKeys) continue;  // an aligned row needs kKeys/4 blocks, not one more
+    const philox::Block words = dropout.block(block_start);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const int64_t key = int64_t(block_start + w) - int64_t(first);
+      if (key >= 0 && key < kKeys) keep[row * kLd + key] = philox_word(words, w) >= dropout.threshold ? 1 : 0;
+    }
+  }
+}
+
 // Barrier of the 128 threads of one warpgroup (ids 1 and 2; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
   if (warpgroup == 0)
@@ -78,10 +100,9 @@ struct ForwardPlan {
   // Q; K and V, two buffers each; slack to reach the first 1024-byte boundary.
   static constexpr int kSharedBytes = QTile::kBytes + 4 * KVTile::kBytes + 1024;
   // With dropout, two buffers of a tile's keep flags [128 queries][128 keys], a byte each, rows
-  // padded to 132 bytes; a query row's 128 keys span 32 or 33 Philox blocks.
+  // padded to 132 bytes.
   static constexpr int kMaskLd = kKeys + 4;
   static constexpr int kMaskBytes = 2 * kQueries * kMaskLd;
-  static constexpr int kMaskBlocksPerRow = kKeys / 4 + 1;
 };
 
 // What the kernels need of a layer beyond its tensors (kernels.hpp's LayerShape, in kernel arguments).
@@ -122,24 +143,11 @@ __global__ void __launch_bounds__(256, 1)
   unsigned char* keep_tiles = generic_at(shared_raw, sV + 2 * KVTile::kBytes);  // kDropout: [2][128][kMaskLd]
 
   // Dropout: the keep flags of key tile `j` for the block's 128 queries, drawn by the whole block
-  // one Philox block (four consecutive keys of a query row) per work item, half the draws of each
-  // thread drawing its own pairs of keys.
-  auto draw_keep_flags = [&](int j, int buffer) {
-    unsigned char* keep = keep_tiles + buffer * Plan::kQueries * Plan::kMaskLd;
-    const int64_t k0 = int64_t(j) * Plan::kKeys;
-    for (int item = thread; item < Plan::kQueries * Plan::kMaskBlocksPerRow; item += Plan::kThreads) {
-      const int query = item / Plan::kMaskBlocksPerRow, block = item % Plan::kMaskBlocksPerRow;
-      const uint64_t first = uint64_t((head * seq + q0 + query) * seq_k + k0);  // the row's key k0
-      const uint64_t block_start = (first / 4 + uint64_t(block)) * 4;
-      if (block_start >= first + Plan::kKeys) continue;  // an aligned row needs 32 blocks, not 33
-      const philox::Block words = dropout.block(block_start);
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const int64_t key = int64_t(block_start + w) - int64_t(first);
-        if (key >= 0 && key < Plan::kKeys)
-          keep[query * Plan::kMaskLd + key] = philox_word(words, w) >= dropout.threshold ? 1 : 0;
-      }
-    }
+  // (half the draws of each thread drawing its own pairs of keys).
+  auto draw_tile_flags = [&](int j, int buffer) {
+    draw_keep_flags<Plan::kQueries, Plan::kKeys, Plan::kMaskLd, Plan::kThreads>(
+        dropout, uint64_t((head * seq + q0) * seq_k + int64_t(j) * Plan::kKeys), seq_k,
+        keep_tiles + buffer * Plan::kQueries * Plan::kMaskLd, thread);
   };
 
   // The last key any row of the block sees; none at all (a block of rows above a bottom-right
@@ -151,7 +159,7 @@ __global__ void __launch_bounds__(256, 1)
   load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sV, V + kv_offset, 0, seq_k, thread);
   cp_async_commit();
   if constexpr (kDropout) {
-    if (key_tiles > 0) draw_keep_flags(0, 0);  // read after the first tile's barrier
+    if (key_tiles > 0) draw_tile_flags(0, 0);  // read after the first tile's barrier
   }
 
   float o[D / 2];  // O [64 rows × D] of this warpgroup
@@ -186,7 +194,7 @@ __global__ void __launch_bounds__(256, 1)
     if constexpr (kDropout) {
       // The next tile's flags while S is on the tensor cores (the buffer was last read before this
       // iteration's barrier; the next one's barrier orders these writes before its reads).
-      if (j + 1 < key_tiles) draw_keep_flags(j + 1, buffer ^ 1);
+      if (j + 1 < key_tiles) draw_tile_flags(j + 1, buffer ^ 1);
     }
     wgmma_wait<0>();
     pin(s);
@@ -311,9 +319,6 @@ struct BackwardPlan {
   // padded to 132 bytes (the four queries a warp reads at once then fall in distinct banks).
   static constexpr int kMaskLd = kKeys + 4;
   static constexpr int kMaskBytes = 2 * kQueries * kMaskLd;
-  // The Philox blocks (4 elements each) of one query row's 128 keys: 32, or 33 where the row's first
-  // key is not 4-aligned in the flat element index.
-  static constexpr int kMaskBlocksPerRow = kKeys / 4 + 1;
 };
 
 // grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
@@ -392,25 +397,13 @@ __global__ void __launch_bounds__(256, 1)
       cp_async_4(sRowDot + (buffer * Plan::kQueries + thread) * 4, row_dot + index, inside);
     }
   };
-  // Dropout: the keep flags of a tile's 64 queries × 128 keys, drawn by the whole block one Philox
-  // block (four consecutive elements of a query row) per work item — a quarter of the draws that
-  // each thread drawing its own elements would make (its elements are N_k apart) — into buffer
-  // `buffer`, for the next tile while this one's products run.
-  auto draw_keep_flags = [&](const QueryTile& tile, int buffer) {
-    unsigned char* keep = keep_tiles + buffer * Plan::kQueries * Plan::kMaskLd;
-    for (int item = thread; item < Plan::kQueries * Plan::kMaskBlocksPerRow; item += Plan::kThreads) {
-      const int query = item / Plan::kMaskBlocksPerRow, block = item % Plan::kMaskBlocksPerRow;
-      const uint64_t first = uint64_t((tile.row_offset + tile.q0 + query) * seq_k + k0);  // the row's key k0
-      const uint64_t block_start = (first / 4 + uint64_t(block)) * 4;
-      if (block_start >= first + Plan::kKeys) continue;  // an aligned row needs 32 blocks, not 33
-      const philox::Block words = dropout.block(block_start);
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const int64_t key = int64_t(block_start + w) - int64_t(first);
-        if (key >= 0 && key < Plan::kKeys)
-          keep[query * Plan::kMaskLd + key] = philox_word(words, w) >= dropout.threshold ? 1 : 0;
-      }
-    }
+  // Dropout: the keep flags of a tile's 64 queries × 128 keys, drawn by the whole block — a quarter
+  // of the draws that each thread drawing its own elements would make (its elements are N_k apart) —
+  // into buffer `buffer`, for the next tile while this one's products run.
+  auto draw_tile_flags = [&](const QueryTile& tile, int buffer) {
+    draw_keep_flags<Plan::kQueries, Plan::kKeys, Plan::kMaskLd, Plan::kThreads>(
+        dropout, uint64_t((tile.row_offset + tile.q0) * seq_k + k0), seq_k,
+        keep_tiles + buffer * Plan::kQueries * Plan::kMaskLd, thread);
   };
 
   load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sK, K + kv_offset, k0, seq_k, thread);
@@ -419,7 +412,7 @@ __global__ void __launch_bounds__(256, 1)
   if (query_tiles > 0) fetch_query_tile(tile, 0);
   cp_async_commit();
   if constexpr (kDropout) {
-    if (query_tiles > 0) draw_keep_flags(tile, 0);  // read after the first tile's barrier
+    if (query_tiles > 0) draw_tile_flags(tile, 0);  // read after the first tile's barrier
   }
 
   // The threads that reduce dQ into the accumulator: the first 64 of each warpgroup, a row each.
@@ -462,7 +455,7 @@ __global__ void __launch_bounds__(256, 1)
       // The next tile's flags while the products run: its buffer was last read in the previous
       // iteration, before this one's first barrier; the next iteration's first barrier orders these
       // writes before its reads.
-      if (it + 1 < query_tiles) draw_keep_flags(next_tile(tile), buffer ^ 1);
+      if (it + 1 < query_tiles) draw_tile_flags(next_tile(tile), buffer ^ 1);
     }
     wgmma_wait<1>();
     pin(st);
