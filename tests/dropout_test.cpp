@@ -15,6 +15,7 @@
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/harness/stack.hpp"
 #include "flashbench/philox.hpp"
+#include "support/cpu.hpp"
 #include "support/reference.hpp"
 
 namespace flashbench {
@@ -192,11 +193,7 @@ TEST(DropoutLayer, EveryVariantMatchesFloat64AndStandard) {
 TEST(DropoutStack, RunnerChecksEveryRow) {
   const DeviceEntry& entry = registry().device("cpu");
   std::unique_ptr<Device> device = entry.open({});
-  RunOptions options;
-  options.sampling.warmup = 0;
-  options.sampling.warmup_ms = 0;
-  options.sampling.min_samples = 1;
-  options.sampling.max_samples = 1;
+  RunOptions options = testing::one_sample_options();
   for (const auto& [G, Nk] : {std::pair{int64_t{4}, int64_t{0}}, std::pair{int64_t{2}, int64_t{53}}}) {
     Problem p = layer_problem(4, G, 41, Nk, 16, true, 0.25);
     p.layers = 2;

@@ -56,11 +56,7 @@ TEST_P(ModelMatchesCpu, PeakKeptSplitAndPhase) {
   problem.seq_kv = g.seq_kv;
   problem.expand_kv = g.expand_kv;
   problem.dropout = g.dropout;
-  RunOptions options;
-  options.sampling.warmup = 0;
-  options.sampling.warmup_ms = 0;
-  options.sampling.min_samples = 1;
-  options.sampling.max_samples = 1;
+  RunOptions options = testing::one_sample_options();
   options.check = false;
   const std::vector<Row> rows = testing::run_cpu(problem, kAllVariants, options, g.threads);
   ASSERT_EQ(rows.size(), kAllVariants.size());

@@ -14,6 +14,7 @@
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/harness/stack.hpp"
+#include "support/cpu.hpp"
 #include "support/reference.hpp"
 
 namespace flashbench {
@@ -221,11 +222,7 @@ TEST(ContextStack, RunnerChecksEveryRow) {
   p.causal = true;
   const DeviceEntry& entry = registry().device("cpu");
   std::unique_ptr<Device> device = entry.open({});
-  RunOptions options;
-  options.sampling.warmup = 0;
-  options.sampling.warmup_ms = 0;
-  options.sampling.min_samples = 1;
-  options.sampling.max_samples = 1;
+  RunOptions options = testing::one_sample_options();
   for (bool expand : {false, true}) {
     p.expand_kv = expand;
     auto implementations = select_implementations(entry, {"standard", "v1", "v2", "checkpoint", "v2.split"});

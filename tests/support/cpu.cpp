@@ -4,6 +4,15 @@
 
 namespace flashbench::testing {
 
+RunOptions one_sample_options() {
+  RunOptions options;
+  options.sampling.warmup = 0;
+  options.sampling.warmup_ms = 0;
+  options.sampling.min_samples = 1;
+  options.sampling.max_samples = 1;
+  return options;
+}
+
 std::vector<Row> run_cpu(const Problem& problem, std::span<const Variant> variants, const RunOptions& options,
                          int threads) {
   const int threads_before = omp_get_max_threads();

@@ -14,6 +14,10 @@ namespace flashbench::testing {
 std::vector<Row> run_cpu(const Problem& problem, std::span<const Variant> variants, const RunOptions& options,
                          int threads = 0);
 
+// Options with no warm-up and one sample per implementation: for tests of what a row holds,
+// not of its timing.
+RunOptions one_sample_options();
+
 // The model of the CPU's implementations for `threads` threads.
 ModelSource cpu_model(int threads);
 
