@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flashbench/errors.hpp"
+#include "flashbench/json_integer.hpp"
 
 namespace flashbench {
 
@@ -76,7 +77,7 @@ using json = nlohmann::json;
 std::vector<int64_t> int_axis(const json& value, std::string_view key) {
   if (value.is_string()) return parse_int_list(value.get<std::string>(), key);
   if (value.is_number_integer()) {
-    const int64_t v = value.get<int64_t>();
+    const int64_t v = json_integer(value, key);
     if (v <= 0) bad_token(key, value.dump(), "must be positive");
     return {v};
   }
@@ -87,8 +88,9 @@ std::vector<int64_t> int_axis(const json& value, std::string_view key) {
         for (int64_t v : parse_int_list(item.get<std::string>(), key)) values.push_back(v);
         continue;
       }
-      if (!item.is_number_integer() || item.get<int64_t>() <= 0) bad_token(key, item.dump(), "must be a positive integer");
-      values.push_back(item.get<int64_t>());
+      const std::optional<int64_t> v = item.is_number_integer() ? json_integer_if(item) : std::nullopt;
+      if (!v || *v <= 0) bad_token(key, item.dump(), "must be a positive integer");
+      values.push_back(*v);
     }
     if (values.size() > kMaxListLength)
       throw UsageError(fmt::format("{}: gives {} values, more than {}", key, values.size(), kMaxListLength));
@@ -144,8 +146,10 @@ T number_field(const json& value, std::string_view key) {
   if (!value.is_number()) throw UsageError(fmt::format("{}: expected a number, got {}", key, value.dump()));
   if constexpr (std::is_integral_v<T>) {
     if (!value.is_number_integer()) throw UsageError(fmt::format("{}: expected an integer, got {}", key, value.dump()));
+    return json_integer<T>(value, key);
+  } else {
+    return value.get<T>();
   }
-  return value.get<T>();
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "flashbench/errors.hpp"
+#include "flashbench/json_integer.hpp"
 #include "flashbench/statistics.hpp"
 
 namespace flashbench {
@@ -246,8 +247,8 @@ HostLoad host_load(const json& meta) {
   };
   load.start = one_minute("load_average_start");
   load.end = one_minute("load_average_end");
-  if (environment.contains("logical_cpus") && environment.at("logical_cpus").is_number_integer())
-    load.cpus = environment.at("logical_cpus").get<int>();
+  // Another program's number: read only when it is an int, as the load bound is optional.
+  if (environment.contains("logical_cpus")) load.cpus = json_integer_if<int>(environment.at("logical_cpus"));
   return load;
 }
 

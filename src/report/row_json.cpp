@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "flashbench/errors.hpp"
+#include "flashbench/json_integer.hpp"
 #include "flashbench/report.hpp"
 
 namespace flashbench {
@@ -58,9 +59,16 @@ double number_or(const json& j, const char* key, double fallback) {
   return j.at(key).get<double>();
 }
 
-int64_t integer_or(const json& j, const char* key, int64_t fallback) {
+// An integer field that is present must be an integer in range (a float such as 1e25 is an error,
+// not a conversion); one that is absent or not a number takes the fallback.
+template <class Integer = int64_t>
+Integer integer_or(const json& j, const char* key, Integer fallback) {
   if (!j.is_object() || !j.contains(key) || !j.at(key).is_number()) return fallback;
-  return j.at(key).get<int64_t>();
+  return json_integer<Integer>(j.at(key), fmt::format("results file: \"{}\"", key));
+}
+
+int64_t required_integer(const json& j, const char* key, std::string_view where) {
+  return json_integer(required(j, key, where), fmt::format("results file: {}.{}", where, key));
 }
 
 Phase parse_phase(const json& j) {
@@ -99,7 +107,7 @@ TimingSummary timing_from_json(const json& j) {
 
 TagBytes tags_from_json(const json& j) {
   TagBytes tags;
-  for (Tag tag : kAllTags) tags[tag] = integer_or(j, std::string(to_string(tag)).c_str(), 0);
+  for (Tag tag : kAllTags) tags[tag] = integer_or<int64_t>(j, std::string(to_string(tag)).c_str(), 0);
   return tags;
 }
 
@@ -216,15 +224,15 @@ Row row_from_json(const json& j) {
   row.cold = j.value("cold", false);
   if (j.contains("not_checked") && j.at("not_checked").is_string()) row.not_checked = j.at("not_checked").get<std::string>();
   const json& p = required(j, "problem", "a row");
-  row.problem.batch = required(p, "batch", "problem").get<int64_t>();
-  row.problem.heads = required(p, "heads", "problem").get<int64_t>();
-  row.problem.seq = required(p, "seq", "problem").get<int64_t>();
-  row.problem.head_dim = required(p, "head_dim", "problem").get<int64_t>();
-  row.problem.layers = p.value("layers", int64_t{1});
+  row.problem.batch = required_integer(p, "batch", "problem");
+  row.problem.heads = required_integer(p, "heads", "problem");
+  row.problem.seq = required_integer(p, "seq", "problem");
+  row.problem.head_dim = required_integer(p, "head_dim", "problem");
+  row.problem.layers = integer_or<int64_t>(p, "layers", 1);
   row.problem.causal = p.value("causal", false);
   // Files written before these axes existed hold square self-attention without dropout.
-  row.problem.kv_heads = p.value("kv_heads", row.problem.heads);
-  row.problem.seq_kv = p.value("seq_k", row.problem.seq);
+  row.problem.kv_heads = integer_or(p, "kv_heads", row.problem.heads);
+  row.problem.seq_kv = integer_or(p, "seq_k", row.problem.seq);
   row.problem.dropout = p.value("dropout", 0.0);
   row.problem.expand_kv = p.value("expand_kv", false);
   row.problem.dtype = parse_dtype(p.value("dtype", std::string("fp32")));
@@ -239,19 +247,19 @@ Row row_from_json(const json& j) {
     const json& memory = j.at("memory");
     if (memory.contains("measured")) {
       const json& m = memory.at("measured");
-      row.measured.peak_bytes = integer_or(m, "peak_bytes", 0);
-      row.measured.kept_bytes = integer_or(m, "kept_bytes", 0);
+      row.measured.peak_bytes = integer_or<int64_t>(m, "peak_bytes", 0);
+      row.measured.kept_bytes = integer_or<int64_t>(m, "kept_bytes", 0);
       if (m.contains("peak_phase")) row.measured.peak_phase = parse_phase(m.at("peak_phase"));
       if (m.contains("by_tag")) row.measured.by_tag = tags_from_json(m.at("by_tag"));
       if (m.contains("high_water")) row.measured.high_water = tags_from_json(m.at("high_water"));
       if (m.contains("os_peak_bytes") && m.at("os_peak_bytes").is_number())
-        row.measured.os_peak_bytes = m.at("os_peak_bytes").get<int64_t>();
+        row.measured.os_peak_bytes = integer_or<int64_t>(m, "os_peak_bytes", 0);
     }
     if (memory.contains("model") && memory.at("model").is_object()) {
       const json& m = memory.at("model");
       ModelledMemory model;
-      model.peak_bytes = integer_or(m, "peak_bytes", 0);
-      model.kept_bytes = integer_or(m, "kept_bytes", 0);
+      model.peak_bytes = integer_or<int64_t>(m, "peak_bytes", 0);
+      model.kept_bytes = integer_or<int64_t>(m, "kept_bytes", 0);
       if (m.contains("by_tag")) model.by_tag = tags_from_json(m.at("by_tag"));
       if (m.contains("peak_phase")) model.peak_phase = parse_phase(m.at("peak_phase"));
       row.model = model;
@@ -279,18 +287,18 @@ Row row_from_json(const json& j) {
   if (j.contains("hazards") && j.at("hazards").is_array())
     for (const json& hazard : j.at("hazards"))
       if (hazard.is_string()) row.hazards.push_back(hazard.get<std::string>());
-  row.threads = static_cast<int>(integer_or(j, "threads", 0));
+  row.threads = integer_or<int>(j, "threads", 0);
   if (j.contains("throughput") && j.at("throughput").is_object() && j.at("throughput").contains("peak_gflops") &&
       j.at("throughput").at("peak_gflops").is_number())
     row.peak_gflops = j.at("throughput").at("peak_gflops").get<double>();
   if (j.contains("tiling") && j.at("tiling").is_object()) {
-    row.row_block = integer_or(j.at("tiling"), "row_block", 0);
-    row.col_block = integer_or(j.at("tiling"), "col_block", 0);
-    row.diagonal_block = integer_or(j.at("tiling"), "diagonal_block", 0);
+    row.row_block = integer_or<int64_t>(j.at("tiling"), "row_block", 0);
+    row.col_block = integer_or<int64_t>(j.at("tiling"), "col_block", 0);
+    row.diagonal_block = integer_or<int64_t>(j.at("tiling"), "diagonal_block", 0);
   }
   if (j.contains("device") && j.at("device").is_string()) row.device = j.at("device").get<std::string>();
   if (j.contains("device_index") && j.at("device_index").is_number_integer())
-    row.device_index = j.at("device_index").get<int>();
+    row.device_index = integer_or<int>(j, "device_index", 0);
   return row;
 }
 
@@ -356,7 +364,7 @@ ResultsFile parse_results(std::string_view text, bool lines, std::string_view pa
 void require_our_schema(const ResultsFile& file, std::string_view path) {
   if (file.schema_version.is_null()) return;
   const ordered_json& version = file.schema_version;
-  if (!version.is_number_integer() || version.get<int64_t>() != kSchemaVersion)
+  if (!version.is_number_integer() || json_integer_if(version) != std::optional<int64_t>(kSchemaVersion))
     throw UsageError(fmt::format("'{}' has schema_version {}; this flashbench reads {}", path, version.dump(), kSchemaVersion));
 }
 

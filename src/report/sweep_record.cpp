@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "flashbench/errors.hpp"
+#include "flashbench/json_integer.hpp"
 #include "flashbench/sweep_results.hpp"
 
 namespace flashbench {
@@ -60,9 +61,14 @@ std::optional<SweepRecord> sweep_record_of(const nlohmann::ordered_json& meta, s
     record.spec = j.at("spec");
     record.settings = j.at("settings");
     record.implementations = j.at("implementations").get<std::vector<std::string>>();
-    record.plan = j.at("plan").get<std::vector<int>>();
+    const ordered_json& plan = j.at("plan");
+    if (!plan.is_array()) throw UsageError(fmt::format("'{}': meta.sweep.plan is not a list", source));
+    for (const ordered_json& shard_of : plan)
+      record.plan.push_back(json_integer<int>(shard_of, fmt::format("'{}': meta.sweep.plan[]", source)));
     const ordered_json& shard = j.at("shard");
-    record.shard = {shard.at("index").get<int>(), shard.at("count").get<int>(), shard.value("from", std::string())};
+    record.shard = {json_integer<int>(shard.at("index"), fmt::format("'{}': meta.sweep.shard.index", source)),
+                    json_integer<int>(shard.at("count"), fmt::format("'{}': meta.sweep.shard.count", source)),
+                    shard.value("from", std::string())};
   } catch (const nlohmann::json::exception& error) {
     throw UsageError(fmt::format("'{}': meta.sweep is malformed: {}", source, error.what()));
   }
