@@ -5,10 +5,14 @@ reach the row's measured peak to the byte, the per-tag counters add up to the to
 the forward/backward slices of every layer are there and nest, the peak instant sits at that peak;
 file names are the documented ones; a directory that cannot be created stops the run before it
 starts, with one line on stderr.
+Beside each trace, the PyTorch memory snapshot (.snapshot.pickle), read with Python's pickle and
+replayed the way memory_viz's Active Memory Timeline does: its peak is the row's measured peak too,
+and what its segments hold at the end is what the trace's total ends at.
 
 usage: trace_test.py FLASHBENCH_BINARY SOURCE_DIR
 """
 import json
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -45,6 +49,46 @@ def replay(trace):
     return series, sum_peak
 
 
+def replay_snapshot(snapshot):
+    """memory_viz's Active Memory Timeline: buffers freed in the trace without an alloc, and the
+    active blocks of the final segments never allocated in the trace, were live from the start; then
+    each "alloc" adds its size and each "free_completed" removes it. Returns (peak, live at the end)."""
+    trace = snapshot["device_traces"][0]
+    allocated = {e["addr"] for e in trace if e["action"] == "alloc"}
+    initially = sum(e["size"] for e in trace if e["action"] == "free_completed" and e["addr"] not in allocated)
+    initially += sum(b["size"] for seg in snapshot["segments"] for b in seg["blocks"]
+                     if b["state"] == "active_allocated" and b["address"] not in allocated)
+    live = peak = initially
+    for e in trace:
+        if e["action"] == "alloc":
+            live += e["size"]
+        elif e["action"] == "free_completed":
+            live -= e["size"]
+        peak = max(peak, live)
+    return peak, live
+
+
+def check_snapshot(path, name, row, trace_end_bytes):
+    check(path.is_file(), f"{path.name} written")
+    if not path.is_file():
+        return
+    with path.open("rb") as f:
+        snapshot = pickle.load(f)
+    check(set(snapshot) >= {"segments", "device_traces"}, f"{path.name}: segments and device_traces")
+    trace = snapshot["device_traces"][0]
+    check(all({"action", "addr", "size", "stream", "frames"} <= e.keys() for e in trace),
+          f"{path.name}: every entry has action, addr, size, stream, frames")
+    check(all(e["frames"] and any(tag in e["frames"][0]["name"] for tag in TAGS) for e in trace),
+          f"{path.name}: every entry's frame names its tag")
+    check(all({"device", "address", "total_size", "blocks"} <= s.keys() for s in snapshot["segments"]),
+          f"{path.name}: every segment has device, address, total_size, blocks")
+    peak, end = replay_snapshot(snapshot)
+    measured = row["memory"]["measured"]["peak_bytes"]
+    check(peak == measured, f"{path.name}: replayed peak {peak} == measured {measured}")
+    held = sum(b["size"] for seg in snapshot["segments"] for b in seg["blocks"])
+    check(end == held == trace_end_bytes, f"{path.name}: live at the end {end} == segments {held} == trace {trace_end_bytes}")
+
+
 def main():
     binary = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -54,6 +98,9 @@ def main():
         cases = [  # every variant, several layers, causal and not, fp32 and 16-bit storage
             ["--seq", "96", "--heads", "2", "--head-dim", "16", "--layers", "3", "--causal"],
             ["--seq", "64", "--batch", "2", "--heads", "1", "--head-dim", "32", "--layers", "2", "--dtype", "bf16"],
+            # GQA on a longer context with dropout: the file names carry these axes
+            ["--seq", "40", "--seq-k", "56", "--heads", "4", "--kv-heads", "2", "--head-dim", "8", "--layers", "2",
+             "--dropout", "0.1"],
         ]
         for flags in cases:
             result = subprocess.run([binary, "run", *flags, "--variant", "all", "--max-time", "0.05",
@@ -64,8 +111,18 @@ def main():
             check(len(rows) >= 4, f"{len(rows)} rows")
             for row in rows:
                 p = row["problem"]
-                name = (f'{row["backend"]}-{row["impl"]}-B{p["batch"]}-H{p["heads"]}-N{p["seq"]}-d{p["head_dim"]}'
-                        f'-L{p["layers"]}{"-causal" if p["causal"] else ""}-{p["dtype"]}.trace.json')
+                workload = ""
+                if p["kv_heads"] != p["heads"]:
+                    workload += f'-G{p["kv_heads"]}'
+                if p["seq_k"] != p["seq"]:
+                    workload += f'-Nk{p["seq_k"]}'
+                if p["expand_kv"]:
+                    workload += "-expand-kv"
+                if p["dropout"] > 0:
+                    workload += f'-dropout{p["dropout"]:g}'
+                base = (f'{row["backend"]}-{row["impl"]}-B{p["batch"]}-H{p["heads"]}-N{p["seq"]}-d{p["head_dim"]}'
+                        f'-L{p["layers"]}{"-causal" if p["causal"] else ""}{workload}-{p["dtype"]}')
+                name = base + ".trace.json"
                 path = trace_dir / name
                 check(path.is_file(), f"{name} written")
                 if not path.is_file():
@@ -82,6 +139,7 @@ def main():
                 check(total_peak == measured, f"{name}: replayed total peak {total_peak} == measured {measured}")
                 check(sum_peak == measured, f"{name}: replayed sum of the tag counters {sum_peak} == measured {measured}")
                 check(all(f"memory: {tag} bytes" in series for tag in TAGS), f"{name}: a counter track per tag")
+                check_snapshot(trace_dir / (base + ".snapshot.pickle"), name, row, total[-1][1] if total else -1)
                 times = [t for t, _ in total]
                 check(all(a < b for a, b in zip(times, times[1:])), f"{name}: counter samples strictly increase in time")
                 slices = [e for e in events if e["ph"] == "X"]

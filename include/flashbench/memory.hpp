@@ -43,8 +43,9 @@ class MemoryLedger {
   explicit MemoryLedger(int64_t limit_bytes = kUnlimited) : limit_bytes_(limit_bytes) {}
 
   bool would_exceed_limit(int64_t bytes) const { return live_.total() + bytes > limit_bytes_; }
-  void record_allocation(Tag tag, int64_t bytes);
-  void record_release(Tag tag, int64_t bytes);
+  // `address` names the buffer, so that a timeline can pair each release with its allocation.
+  void record_allocation(Tag tag, int64_t bytes, const void* address = nullptr);
+  void record_release(Tag tag, int64_t bytes, const void* address = nullptr);
 
   void set_phase(Phase phase) { phase_ = phase; }
   Phase phase() const { return phase_; }

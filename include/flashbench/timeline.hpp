@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "flashbench/memory.hpp"
@@ -14,11 +15,16 @@
 namespace flashbench {
 
 // One allocation (delta_bytes > 0) or release (< 0) under `tag`, `time_ns` after the timeline began.
+// `buffer` numbers the buffer (0, 1, ... in order of first appearance) so that a release names the
+// allocation it ends; a buffer allocated before the timeline began appears first at its release
+// (`before_start`). Events recorded without an address have buffer -1.
 struct MemoryEvent {
   int64_t time_ns = 0;
   Tag tag = Tag::workspace;
   int64_t delta_bytes = 0;
   Phase phase = Phase::setup;
+  int64_t buffer = -1;
+  bool before_start = false;
 };
 
 // A named stretch of host time [begin_ns, end_ns]; spans nest (a layer inside a pass).
@@ -35,7 +41,7 @@ class MemoryTimeline {
 
   // Event times strictly increase (by 1 ns where the clock did not move), so that every viewer
   // orders the counter samples as they happened.
-  void record(Tag tag, int64_t delta_bytes, Phase phase);
+  void record(Tag tag, int64_t delta_bytes, Phase phase, const void* address = nullptr);
   void begin_span(std::string name, std::string category);
   void end_span();  // the innermost open span
 
@@ -51,6 +57,8 @@ class MemoryTimeline {
   std::vector<MemoryEvent> events_;
   std::vector<TimelineSpan> spans_;
   std::vector<size_t> open_spans_;  // indices into spans_ begun and not yet ended
+  std::unordered_map<const void*, int64_t> live_buffers_;  // address -> buffer, allocated since the start
+  int64_t next_buffer_ = 0;
 };
 
 // Marks a span for the lifetime of the object on `timeline`, when there is one (the name is built

@@ -537,7 +537,7 @@ void register_run(CLI::App& app) {
      "judges runs on those from 4 rounds a side (9 recommended; default 1)");
   optional_string("--trace", flags->trace,
                   "Write each row's memory timeline into this directory (created if missing) as a Chrome/Perfetto "
-                  "trace, <backend>-<impl>-B..-H..-N..-d..-L..[-causal]-<dtype>.trace.json (docs/trace.md)");
+                  "trace (.trace.json) and a PyTorch memory_viz snapshot (.snapshot.pickle), named <backend>-<impl>-B..-H..-N..-d..-L..[-causal][-G..][-Nk..]-<dtype> (docs/trace.md)");
   set_action(sub, [flags](const std::vector<std::string>& argv) { return run_sweep(*flags, argv); });
 }
 

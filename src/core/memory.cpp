@@ -37,8 +37,8 @@ int64_t TagBytes::total() const {
   return sum;
 }
 
-void MemoryLedger::record_allocation(Tag tag, int64_t bytes) {
-  if (timeline_) timeline_->record(tag, bytes, phase_);
+void MemoryLedger::record_allocation(Tag tag, int64_t bytes, const void* address) {
+  if (timeline_) timeline_->record(tag, bytes, phase_, address);
   live_[tag] += bytes;
   if (live_[tag] > high_water_[tag]) high_water_[tag] = live_[tag];
   const int64_t total = live_.total();
@@ -49,8 +49,8 @@ void MemoryLedger::record_allocation(Tag tag, int64_t bytes) {
   }
 }
 
-void MemoryLedger::record_release(Tag tag, int64_t bytes) {
-  if (timeline_) timeline_->record(tag, -bytes, phase_);
+void MemoryLedger::record_release(Tag tag, int64_t bytes, const void* address) {
+  if (timeline_) timeline_->record(tag, -bytes, phase_, address);
   live_[tag] -= bytes;
 }
 
@@ -99,7 +99,7 @@ void* HostSpace::allocate(Tag tag, int64_t bytes) {
     }
     if (!pointer) throw OutOfMemory(fmt::format("the system refused {} bytes for '{}'", bytes, to_string(tag)));
   }
-  ledger().record_allocation(tag, bytes);
+  ledger().record_allocation(tag, bytes, pointer);
   return pointer;
 }
 
@@ -109,7 +109,7 @@ void HostSpace::release(void* pointer, Tag tag, int64_t bytes) noexcept {
   } catch (...) {
     std::free(pointer);
   }
-  ledger().record_release(tag, bytes);
+  ledger().record_release(tag, bytes, pointer);
 }
 
 void HostSpace::reset_os_peak() {

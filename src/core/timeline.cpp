@@ -13,11 +13,24 @@ int64_t MemoryTimeline::now_ns() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count();
 }
 
-void MemoryTimeline::record(Tag tag, int64_t delta_bytes, Phase phase) {
+void MemoryTimeline::record(Tag tag, int64_t delta_bytes, Phase phase, const void* address) {
   int64_t time = now_ns();
   if (!events_.empty()) time = std::max(time, events_.back().time_ns + 1);
   else time = std::max<int64_t>(time, 1);  // time 0 holds the live bytes at the start
-  events_.push_back({time, tag, delta_bytes, phase});
+  MemoryEvent event{time, tag, delta_bytes, phase};
+  if (address) {
+    if (delta_bytes > 0) {
+      event.buffer = next_buffer_++;
+      live_buffers_[address] = event.buffer;  // an address reused after its release is a new buffer
+    } else if (const auto found = live_buffers_.find(address); found != live_buffers_.end()) {
+      event.buffer = found->second;
+      live_buffers_.erase(found);
+    } else {
+      event.buffer = next_buffer_++;
+      event.before_start = true;
+    }
+  }
+  events_.push_back(event);
 }
 
 void MemoryTimeline::begin_span(std::string name, std::string category) {

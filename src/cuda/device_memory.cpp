@@ -112,13 +112,13 @@ void* PoolSpace::allocate(Tag tag, int64_t bytes) {
                                   double(ledger().live().total()) / double(1 << 30)));
   }
   check_cuda(status, "cudaMallocFromPoolAsync");
-  ledger().record_allocation(tag, bytes);
+  ledger().record_allocation(tag, bytes, pointer);
   return pointer;
 }
 
 void PoolSpace::release(void* pointer, Tag tag, int64_t bytes) noexcept {
   cudaFreeAsync(pointer, stream_);
-  ledger().record_release(tag, bytes);
+  ledger().record_release(tag, bytes, pointer);
 }
 
 void PoolSpace::reset_os_peak() {
