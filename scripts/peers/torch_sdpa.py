@@ -14,9 +14,12 @@ convention, forward 4*B*H*N^2*d FLOP, backward 2.5x, halved when causal.
 Memory: peak_bytes is torch's max_memory_allocated during one forward+backward, inputs included
 (q, k, v are three tensors here, where flashbench's self-attention stack has one X); kept_bytes is what
 the forward left allocated beyond its output. Only the input and kept tags are known.
+--trace DIR: the measured forward and backward of each row as a memory_viz snapshot and a
+Chrome/Perfetto trace, as `flashbench run --trace` writes them (memory_trace.py).
 
 Usage: python3 scripts/peers/torch_sdpa.py --out peers.json [--seq 1024,2048] [--tokens 16384]
        [--heads 16] [--head-dim 128] [--mask both] [--dtype bf16] [--backends math,flash,efficient,cudnn]
+       [--trace DIR]
 """
 import argparse
 import datetime
@@ -25,6 +28,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import memory_trace  # noqa: E402
 import timing  # noqa: E402
 
 import torch
@@ -69,16 +73,22 @@ def bench(name, B, H, N, d, causal, dtype_name, args):
         v = torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=gen, requires_grad=True)
         dO = torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=gen)
         input_bytes = 4 * q.numel() * q.element_size()
+        trace_name = (f"{row['backend']}-B{B}-H{H}-N{N}-d{d}-L1{'-causal' if causal else ''}-{dtype_name}")
         with sdpa_kernel(backend):
             f = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             torch.cuda.synchronize()
             base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
-            o = f()
-            torch.cuda.synchronize()
-            kept = torch.cuda.memory_allocated() - base - o.numel() * o.element_size()
-            o.backward(dO)
-            torch.cuda.synchronize()
+            with memory_trace.Recording(args.trace, trace_name, f"{row['backend']} {trace_name}") as recording:
+                o = f()
+                torch.cuda.synchronize()
+                kept = torch.cuda.memory_allocated() - base - o.numel() * o.element_size()
+                recording.phase_boundary()
+                o.backward(dO)
+                torch.cuda.synchronize()
+            if recording.peak is not None and recording.peak != torch.cuda.max_memory_allocated():
+                print(f"{trace_name}: the recorded history peaks at {recording.peak} bytes, torch's "
+                      f"max_memory_allocated says {torch.cuda.max_memory_allocated()}", file=sys.stderr)
             peak = torch.cuda.max_memory_allocated() - base + input_bytes
             q.grad = k.grad = v.grad = None
             del o
@@ -129,6 +139,7 @@ def main():
     p.add_argument("--max-noise", type=float, default=0.02)
     p.add_argument("--max-time", type=float, default=2.0)
     p.add_argument("--seed", type=int, default=20261129)
+    p.add_argument("--trace", help="write each row's memory_viz snapshot and Chrome trace into this directory")
     args = p.parse_args()
 
     masks = {"false": [False], "true": [True], "both": [False, True]}[args.mask]
