@@ -3,7 +3,7 @@
 // Benchmark's CPU-scaling warning): load average at the start and end of the run, the CPU frequency
 // governor and boost, simultaneous multithreading, and OpenMP's binding. Each value is read where
 // the system offers it (Linux /proc and /sys) and is absent otherwise: nothing is guessed.
-// GPU clocks, power and throttling (NVML) are not read yet.
+// GPU clocks, power and throttling are per row (gpu_state.hpp).
 #include <array>
 #include <filesystem>
 #include <functional>

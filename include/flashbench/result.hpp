@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "flashbench/gpu_state.hpp"
 #include "flashbench/memory.hpp"
 #include "flashbench/problem.hpp"
 #include "flashbench/statistics.hpp"
@@ -86,6 +87,9 @@ struct Row {
   int64_t diagonal_block = 0;           // v2's causal diagonal chunk [columns]; 0 when not tiled
   std::string device;                   // GPU name, for CUDA rows
   std::optional<int> device_index;      // which GPU of the machine ran it (--device-index), on CUDA rows
+  // The GPU's clocks, power and throttling before and after the timed samples (NVML; CUDA rows where
+  // NVML answers).
+  std::optional<GpuState> gpu_start, gpu_end;
   // run --trace: the ledger's history during the measured pass (written as a trace file, not as a
   // field of the results).
   std::shared_ptr<const MemoryTimeline> timeline;

@@ -124,6 +124,8 @@ CudaDevice& cuda_device_of(const LayerCall& call) {
 CudaDevice::CudaDevice(int index) : index_(index) {
   check_cuda(cudaSetDevice(index_), "cudaSetDevice");
   check_cuda(cudaGetDeviceProperties(&properties_, index_), "cudaGetDeviceProperties");
+  char bus_id[32] = {};
+  if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, index_) == cudaSuccess) pci_bus_id_ = bus_id;
   // Non-blocking: the legacy default stream, which other libraries may use, never waits on ours.
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   try {
@@ -234,6 +236,18 @@ void CudaDevice::describe(nlohmann::ordered_json& meta) const {
                  {"index", index_}};
   // The index counts the GPUs this process sees: CUDA_VISIBLE_DEVICES (a scheduler sets it) says which.
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) meta["gpu"]["visible_devices"] = visible;
+  meta["gpu"]["pci_bus_id"] = pci_bus_id_;
+  // Whether the rows carry gpu_state: "available", or why not.
+  const std::optional<GpuState> probe = gpu_state();
+  meta["gpu"]["nvml"] = probe ? std::string("available") : nvml_missing_;
+}
+
+std::optional<GpuState> CudaDevice::gpu_state() const {
+  if (pci_bus_id_.empty()) {
+    nvml_missing_ = "CUDA gave no PCI bus id to find the GPU in NVML with";
+    return std::nullopt;
+  }
+  return read_gpu_state(pci_bus_id_, nvml_missing_);
 }
 
 void CudaDevice::annotate(Row& row) const {

@@ -39,6 +39,7 @@ class CudaDevice final : public Device {
 
   void describe(nlohmann::ordered_json& meta) const override;  // meta["gpu"]
   void annotate(Row& row) const override;                      // row.device = the GPU's name
+  std::optional<GpuState> gpu_state() const override;          // NVML, found by the GPU's PCI bus id
 
   // What the implementations launch with.
   cudaStream_t stream() const { return stream_; }
@@ -49,6 +50,8 @@ class CudaDevice final : public Device {
 
   int index_;
   cudaDeviceProp properties_{};
+  std::string pci_bus_id_;           // "0000:19:00.0": how NVML, which ignores CUDA_VISIBLE_DEVICES, finds it
+  mutable std::string nvml_missing_; // why gpu_state() read nothing, for meta.gpu.nvml
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<BlasHandle> blas_;
   void* flush_buffer_ = nullptr;  // for --cold: the device's own, outside every ledger

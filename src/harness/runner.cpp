@@ -566,6 +566,7 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   double warmup_ms = first[0] + first[2];
   int64_t next_set = 1;
   std::vector<double> fwd_ms, bwd_ms;
+  row.gpu_start = device.gpu_state();  // the GPU's clocks and throttling around the timed runs
   auto sampling_start = std::chrono::steady_clock::now();
   auto seconds_sampling = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - sampling_start).count();
@@ -593,6 +594,7 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
     fwd_ms.push_back(times[0]);
     bwd_ms.push_back(times[1]);
   }
+  row.gpu_end = device.gpu_state();
   row.fwd = summarize(std::move(fwd_ms), policy.max_noise);
   row.bwd = summarize(std::move(bwd_ms), policy.max_noise);
 

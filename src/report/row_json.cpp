@@ -40,6 +40,29 @@ ordered_json timing_to_json(const TimingSummary& t) {
   return j;
 }
 
+template <class T>
+ordered_json optional_json(const std::optional<T>& value) {
+  return value ? ordered_json(*value) : ordered_json(nullptr);
+}
+
+// NVML's view of the GPU; fields it did not report are null.
+ordered_json gpu_state_to_json(const GpuState& state) {
+  auto watts = [](const std::optional<unsigned>& milliwatts) {
+    return milliwatts ? ordered_json(*milliwatts / 1000.0) : ordered_json(nullptr);
+  };
+  ordered_json j;
+  j["sm_clock_mhz"] = optional_json(state.sm_clock_mhz);
+  j["memory_clock_mhz"] = optional_json(state.memory_clock_mhz);
+  j["power_w"] = watts(state.power_mw);
+  j["power_limit_w"] = watts(state.power_limit_mw);
+  j["temperature_c"] = optional_json(state.temperature_c);
+  j["clock_event_reasons"] =
+      state.clock_event_reasons ? ordered_json(clock_event_reason_names(*state.clock_event_reasons)) : ordered_json(nullptr);
+  j["power_violation_ns"] = optional_json(state.power_violation_ns);
+  j["thermal_violation_ns"] = optional_json(state.thermal_violation_ns);
+  return j;
+}
+
 ordered_json tags_to_json(const TagBytes& tags) {
   ordered_json j = ordered_json::object();
   for (Tag tag : kAllTags) j[std::string(to_string(tag))] = tags[tag];
@@ -137,6 +160,8 @@ std::vector<std::string> row_warnings(const Row& row) {
   for (const std::string& hazard : row.hazards) warnings.push_back(hazard);
   if (row.reproducibility && row.reproducibility->deterministic == false)
     warnings.push_back("not deterministic: a second pass on the same inputs gave other bits of X_L or dX_0");
+  if (row.gpu_start && row.gpu_end)
+    if (std::optional<std::string> throttled = throttle_warning(*row.gpu_start, *row.gpu_end)) warnings.push_back(*throttled);
   if (row.check && !row.check->passed())
     warnings.push_back(fmt::format("check against {} failed: max relative error {:.3g} > tolerance {:.3g}",
                                    row.check->reference, row.check->max_rel_err, row.check->tolerance));
@@ -206,6 +231,9 @@ ordered_json row_to_json(const Row& row) {
   j["threads"] = row.threads;
   j["device"] = row.device;
   if (row.device_index) j["device_index"] = *row.device_index;
+  if (row.gpu_start || row.gpu_end)
+    j["gpu_state"] = {{"start", row.gpu_start ? gpu_state_to_json(*row.gpu_start) : ordered_json(nullptr)},
+                      {"end", row.gpu_end ? gpu_state_to_json(*row.gpu_end) : ordered_json(nullptr)}};
   j["cold"] = row.cold;
   if (row.row_block > 0) {
     j["tiling"] = {{"row_block", row.row_block}, {"col_block", row.col_block}};

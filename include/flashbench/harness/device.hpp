@@ -82,6 +82,9 @@ class Device {
   // Its block of the run's metadata (e.g. "gpu"), and what every row of it records (threads, GPU).
   virtual void describe(nlohmann::ordered_json& meta) const = 0;
   virtual void annotate(Row& row) const = 0;
+  // The GPU's clocks, power and throttling now (NVML), recorded before and after a row's samples;
+  // nothing on devices without one or where NVML does not answer.
+  virtual std::optional<GpuState> gpu_state() const { return std::nullopt; }
 };
 
 }  // namespace flashbench
