@@ -352,10 +352,11 @@ def describe_figure(figure, file_names):
 
     panels = []
     for axis in figure.axes:
-        if not axis.get_label() == "panel":
-            continue
+        if axis.get_label() != "panel":
+            continue  # a secondary axis: its label joins its panel's as ylabel_right
         panel = {"title": axis.get_title(), "xlabel": axis.get_xlabel(), "ylabel": axis.get_ylabel(),
-                 "ylabel_right": " ".join(child.get_ylabel() for child in axis.child_axes), "lines": [], "bands": [], "bars": []}
+                 "ylabel_right": " ".join(child.get_ylabel() for child in axis.child_axes),
+                 "lines": [], "bands": [], "bars": []}
         for line in axis.get_lines():
             if not line.get_label().startswith("_"):
                 panel["lines"].append({"label": line.get_label(), "colour": to_hex(line.get_color()),
@@ -381,8 +382,9 @@ def describe_figure(figure, file_names):
         panel["bars"] = [bars[index] for index in sorted(bars)]
         panels.append(panel)
     legend = [text.get_text() for legend in figure.legends for text in legend.get_texts()]
-    return {"files": file_names, "title": figure._suptitle.get_text() if figure._suptitle else "",  # pylint: disable=protected-access
-            "legend": legend, "panels": panels}
+    # Debian 12's matplotlib (3.6) has no Figure.get_suptitle (3.8): the attribute it would return.
+    title = figure._suptitle.get_text() if figure._suptitle else ""  # pylint: disable=protected-access
+    return {"files": file_names, "title": title, "legend": legend, "panels": panels}
 
 
 def draw(paths, out_dir, svg, where=None):
@@ -392,7 +394,7 @@ def draw(paths, out_dir, svg, where=None):
 
     sources, series = collect_series(paths, where)
     if not series:
-        raise RuntimeError("no ok rows to plot")
+        raise RuntimeError("no ok rows to plot" + (f" with --where {' '.join(where)}" if where else ""))
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as error:
@@ -521,8 +523,8 @@ def draw(paths, out_dir, svg, where=None):
             right = axis.secondary_yaxis("right", functions=(lambda g, peak=peak: 100 * g / peak,
                                                              lambda pct, peak=peak: pct * peak / 100))
             right.set_ylabel(f"% of peak ({peak:.0f} GFLOP/s, the sgemm ceiling)")
-    save_with_legend(figure, axes, "throughput_vs_seq", f"{unit} against N (median; {BAND_NOTE}; FLOP as FlashAttention counts them)", drawn,
-                     [band_handle])
+    save_with_legend(figure, axes, "throughput_vs_seq",
+                     f"{unit} against N (median; {BAND_NOTE}; FLOP as FlashAttention counts them)", drawn, [band_handle])
 
     # Speed-up against flashbench's `standard` on the same problem and device.
     figure, axes = panels(3, 5, 5)
@@ -653,6 +655,9 @@ def main(argv):
         return 2
     except RuntimeError as error:
         print(f"plot.py: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # a figure that could not be written (a full disk, a read-only folder)
+        print(f"plot.py: cannot write '{error.filename}': {error.strerror}", file=sys.stderr)
         return 1
 
 
