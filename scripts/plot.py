@@ -387,42 +387,39 @@ def describe_figure(figure, file_names):
     return {"files": file_names, "title": title, "legend": legend, "panels": panels}
 
 
-def draw(paths, out_dir, svg, where=None):
-    """Draws every figure into out_dir; returns (written file paths, a description per figure)."""
-    plt, np = import_matplotlib()
-    from matplotlib.patches import Patch  # pylint: disable=import-outside-toplevel
+class Canvas:
+    """What every figure shares: the series, pyplot, the output folder, and the list of what was
+    written and drawn. Its methods make panels, draw one series, and save a figure with its title."""
 
-    sources, series = collect_series(paths, where)
-    if not series:
-        raise RuntimeError("no ok rows to plot" + (f" with --where {' '.join(where)}" if where else ""))
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"--out '{out_dir}': {error.strerror}")
-    written, described = [], []
+    def __init__(self, plt, sources, series, out_dir, svg):
+        self.plt, self.sources, self.series, self.out_dir, self.svg = plt, sources, series, out_dir, svg
+        self.written, self.described = [], []
 
-    def contexts(keys):
-        return [p["context"] for key in keys for p in series[key]]
+    def label(self, key):
+        return series_label(key, self.series)
 
-    def panels(count, width=6.0, height=5.0):
-        figure, axes = plt.subplots(1, count, figsize=(width * count, height), squeeze=False)
+    def panels(self, count, width=6.0, height=5.0):
+        figure, axes = self.plt.subplots(1, count, figsize=(width * count, height), squeeze=False)
         for axis in axes[0]:
             axis.set_label("panel")
         return figure, list(axes[0])
 
-    def save(figure, name, subject, keys, bottom=0.0, right=1.0):
-        figure.suptitle(f"{subject}\n{context_title(contexts(keys))}", fontsize=10)
+    def save(self, figure, name, subject, keys, bottom=0.0, right=1.0):
+        """Titles the figure with its subject and the context of the series `keys` drawn in it, and
+        writes it (PNG, and SVG with --svg)."""
+        contexts = [p["context"] for key in keys for p in self.series[key]]
+        figure.suptitle(f"{subject}\n{context_title(contexts)}", fontsize=10)
         figure.tight_layout(rect=(0, bottom, right, 1))
         files = []
-        for extension in (["png", "svg"] if svg else ["png"]):
-            path = os.path.join(out_dir, f"{name}.{extension}")
+        for extension in (["png", "svg"] if self.svg else ["png"]):
+            path = os.path.join(self.out_dir, f"{name}.{extension}")
             figure.savefig(path, dpi=100)
             files.append(os.path.basename(path))
-            written.append(path)
-        described.append(dict(describe_figure(figure, files), name=name))
-        plt.close(figure)
+            self.written.append(path)
+        self.described.append(dict(describe_figure(figure, files), name=name))
+        self.plt.close(figure)
 
-    def save_with_legend(figure, axes, name, subject, keys, extra_handles=()):
+    def save_with_legend(self, figure, axes, name, subject, keys, extra_handles=()):
         """The legend of every panel's lines below the plots, in up to three columns; the figure grows
         to fit."""
         entries = {}
@@ -437,82 +434,94 @@ def draw(paths, out_dir, svg, where=None):
         if entries:
             figure.legend(list(entries.values()), list(entries.keys()), loc="lower center", ncol=columns,
                           fontsize=8, frameon=False)
-        save(figure, name, subject, keys, bottom=legend_height / figure.get_figheight())
+        self.save(figure, name, subject, keys, bottom=legend_height / figure.get_figheight())
 
-    def n_axis(axis):
-        axis.set_xscale("log", base=2)
-        axis.set_xlabel("sequence length N")
-        axis.grid(True, which="both", alpha=0.3)
-
-    def curve(axis, key, xs, ys, lows=None, highs=None, **extra):
+    def curve(self, axis, key, xs, ys, lows=None, highs=None, **extra):
         """One series' line, and its band where every point has both ends of the spread."""
-        style = dict(style_for(key, sources), **extra)
-        axis.plot(xs, ys, label=series_label(key, series), **style)
+        style = dict(style_for(key, self.sources), **extra)
+        axis.plot(xs, ys, label=self.label(key), **style)
         if lows is not None and all(v is not None for v in lows + highs) and xs:
             band = axis.fill_between(xs, lows, highs, color=style["color"], alpha=0.18, linewidth=0)
-            band.set_gid(series_label(key, series))
-            return True
-        return False
+            band.set_gid(self.label(key))  # names the band for describe_figure; gid stays out of the legend
 
-    band_handle = Patch(facecolor="#999999", alpha=0.35, label=BAND_NOTE)
 
-    # Time against N.
-    figure, axes = panels(2)
+def n_axis(axis):
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("sequence length N")
+    axis.grid(True, which="both", alpha=0.3)
+
+
+def band_handle():
+    from matplotlib.patches import Patch  # pylint: disable=import-outside-toplevel
+
+    return Patch(facecolor="#999999", alpha=0.35, label=BAND_NOTE)
+
+
+def time_figure(canvas):
+    """Forward and backward median time against N, log-log, with the samples' band."""
+    figure, axes = canvas.panels(2)
     drawn = set()
     for axis, (phase, phase_name) in zip(axes, PHASES[:2]):
-        for key, points in series.items():
+        for key, points in canvas.series.items():
             shown = [p for p in points if p[f"{phase}_ms"] is not None]
             if shown:
-                curve(axis, key, [p["seq"] for p in shown], [p[f"{phase}_ms"] for p in shown],
-                      [p[f"{phase}_min_ms"] for p in shown], [p[f"{phase}_max_ms"] for p in shown])
+                canvas.curve(axis, key, [p["seq"] for p in shown], [p[f"{phase}_ms"] for p in shown],
+                             [p[f"{phase}_min_ms"] for p in shown], [p[f"{phase}_max_ms"] for p in shown])
                 drawn.add(key)
         n_axis(axis)
         axis.set_yscale("log")
         axis.set_title(f"{phase_name} time")
         axis.set_ylabel("median time [ms]")
-    save_with_legend(figure, axes, "time_vs_seq", "time against N (median; " + BAND_NOTE + ")", drawn,
-                     [band_handle])
+    canvas.save_with_legend(figure, axes, "time_vs_seq", f"time against N (median; {BAND_NOTE})", drawn,
+                            [band_handle()])
 
-    # Peak memory against N: measured as markers only, the model as lines.
-    figure, axes = panels(1, 8, 6)
+
+def memory_figure(canvas):
+    """Peak memory against N: measured as markers only, the model as lines."""
+    figure, axes = canvas.panels(1, 8, 6)
     axis = axes[0]
-    names = sorted({key[1] for key in series})
+    names = sorted({key[1] for key in canvas.series})
     drawn = set()
-    for key, points in series.items():
+    for key, points in canvas.series.items():
         shown = [p for p in points if p["peak_bytes"] is not None]
         if shown:
-            style = style_for(key, sources)
+            style = style_for(key, canvas.sources)
             # Hollow rings of decreasing size, so implementations with equal peaks stay visible.
             axis.plot([p["seq"] for p in shown], [p["peak_bytes"] / GIB for p in shown], linestyle="none",
                       marker=style["marker"], color=style["color"], markerfacecolor="none", markeredgewidth=1.5,
-                      markersize=11 - 2 * (names.index(key[1]) % 4), label=series_label(key, series))
+                      markersize=11 - 2 * (names.index(key[1]) % 4), label=canvas.label(key))
             drawn.add(key)
-    for key, points in series.items():
+    for key, points in canvas.series.items():
         shown = [p for p in points if p["model_peak_bytes"] is not None]
         if shown:
-            style = style_for(key, sources)
+            style = style_for(key, canvas.sources)
             axis.plot([p["seq"] for p in shown], [p["model_peak_bytes"] / GIB for p in shown], color=style["color"],
-                      linestyle=style["linestyle"], alpha=0.6, label=f"model: {series_label(key, series)}")
+                      linestyle=style["linestyle"], alpha=0.6, label=f"model: {canvas.label(key)}")
             drawn.add(key)
     n_axis(axis)
     axis.set_yscale("log")
     axis.set_ylabel("peak memory [GiB]")
     axis.set_title("measured (markers), model (lines)")
-    save_with_legend(figure, axes, "memory_vs_seq", "peak memory against N", drawn)
+    canvas.save_with_legend(figure, axes, "memory_vs_seq", "peak memory against N", drawn)
 
-    # Rate against N: forward, backward and both, linear, as FlashAttention's benchmark plots.
-    everything_on_cpu = all(p["on_cpu"] for points in series.values() for p in points)
+
+def rate_figure(canvas):
+    """Rate against N: forward, backward and both, linear, as FlashAttention's benchmark plots; on the
+    CPU in GFLOP/s with % of the sgemm ceiling when every row carries the same one."""
+    every_point = [p for points in canvas.series.values() for p in points]
+    everything_on_cpu = all(p["on_cpu"] for p in every_point)
     unit, per = ("GFLOP/s", 1e9) if everything_on_cpu else ("TFLOP/s", 1e12)
-    peaks = {p["peak_gflops"] for points in series.values() for p in points}
-    figure, axes = panels(3, 5, 5)
+    peaks = {p["peak_gflops"] for p in every_point}
+    figure, axes = canvas.panels(3, 5, 5)
     drawn = set()
     for axis, (phase, phase_name) in zip(axes, PHASES):
-        for key, points in series.items():
+        for key, points in canvas.series.items():
             shown = [p for p in points if rate(p, phase, "ms", per) is not None]
             if shown:
                 # The slowest sample gives the lowest rate.
-                curve(axis, key, [p["seq"] for p in shown], [rate(p, phase, "ms", per) for p in shown],
-                      [rate(p, phase, "max_ms", per) for p in shown], [rate(p, phase, "min_ms", per) for p in shown])
+                canvas.curve(axis, key, [p["seq"] for p in shown], [rate(p, phase, "ms", per) for p in shown],
+                             [rate(p, phase, "max_ms", per) for p in shown],
+                             [rate(p, phase, "min_ms", per) for p in shown])
                 drawn.add(key)
         n_axis(axis)
         axis.set_ylim(bottom=0)
@@ -523,75 +532,106 @@ def draw(paths, out_dir, svg, where=None):
             right = axis.secondary_yaxis("right", functions=(lambda g, peak=peak: 100 * g / peak,
                                                              lambda pct, peak=peak: pct * peak / 100))
             right.set_ylabel(f"% of peak ({peak:.0f} GFLOP/s, the sgemm ceiling)")
-    save_with_legend(figure, axes, "throughput_vs_seq",
-                     f"{unit} against N (median; {BAND_NOTE}; FLOP as FlashAttention counts them)", drawn, [band_handle])
+    canvas.save_with_legend(figure, axes, "throughput_vs_seq",
+                            f"{unit} against N (median; {BAND_NOTE}; FLOP as FlashAttention counts them)", drawn,
+                            [band_handle()])
 
-    # Speed-up against flashbench's `standard` on the same problem and device.
-    figure, axes = panels(3, 5, 5)
+
+def speedup_figure(canvas):
+    """Speed-up against flashbench's `standard` on the same problem and device; no figure when no
+    series has one."""
+    figure, axes = canvas.panels(3, 5, 5)
     drawn = set()
     for axis, (phase, phase_name) in zip(axes, PHASES):
-        for key, points in series.items():
+        for key, points in canvas.series.items():
             pairs = [(p["seq"], phase_value(p, phase, "ms"), standard_ms(p, phase)) for p in points]
             pairs = [(n, s / t) for n, t, s in pairs if t and s]
             if pairs:
-                curve(axis, key, *map(list, zip(*pairs)))
+                canvas.curve(axis, key, *map(list, zip(*pairs)))
                 drawn.add(key)
         axis.axhline(1.0, color="#555555", linewidth=0.8, label="_same as standard")
         n_axis(axis)
         axis.set_title(phase_name)
         axis.set_ylabel("speed-up: standard's median / this median")
     if drawn:
-        save_with_legend(figure, axes, "speedup_vs_seq", "speed-up against flashbench's standard", drawn)
+        canvas.save_with_legend(figure, axes, "speedup_vs_seq", "speed-up against flashbench's standard", drawn)
     else:
-        plt.close(figure)
+        canvas.plt.close(figure)
 
-    # bwd / fwd against N, with seed 002's rule of thumb (docs/articles.md).
-    figure, axes = panels(1, 8, 6)
+
+def ratio_figure(canvas):
+    """bwd / fwd against N, with seed 002's rule of thumb (docs/articles.md)."""
+    figure, axes = canvas.panels(1, 8, 6)
     axis = axes[0]
     drawn = set()
-    for key, points in series.items():
+    for key, points in canvas.series.items():
         pairs = [(p["seq"], p["bwd_ms"] / p["fwd_ms"]) for p in points if p["bwd_ms"] and p["fwd_ms"]]
         if pairs:
-            curve(axis, key, *map(list, zip(*pairs)))
+            canvas.curve(axis, key, *map(list, zip(*pairs)))
             drawn.add(key)
     axis.axhspan(1.5, 2.0, color="#2ca02c", alpha=0.12, label="seed 002: 1.5-2x normal")
     axis.axhline(3.0, color="#d62728", linestyle="--", linewidth=1, label="seed 002: > 3x too much recompute")
     n_axis(axis)
     axis.set_ylabel("backward time / forward time (medians)")
     axis.set_title("bwd / fwd")
-    save_with_legend(figure, axes, "bwd_over_fwd", "backward over forward against N", drawn)
+    canvas.save_with_legend(figure, axes, "bwd_over_fwd", "backward over forward against N", drawn)
 
-    # The measured peak split by tag, at up to four N (smallest, largest and evenly between).
+
+def tag_figure(canvas, np):
+    """The measured peak split by tag, at up to four N (smallest, largest and evenly between), one
+    bar per series standing at its measured peak: what its tags leave unexplained is `unattributed`."""
+    from matplotlib.patches import Patch  # pylint: disable=import-outside-toplevel
+
+    series = canvas.series
     bar_series = [key for key, points in series.items() if any(p["peak_bytes"] for p in points)]
     all_seq = sorted({p["seq"] for key in bar_series for p in series[key] if p["peak_bytes"]})
-    if all_seq:
-        picks = sorted({round(i * (len(all_seq) - 1) / 3) for i in range(4)}) if len(all_seq) > 4 else range(len(all_seq))
-        chosen = [all_seq[i] for i in picks]
-        figure, axes = panels(len(chosen), 3.4, 5.5)
-        figure.set_figwidth(figure.get_figwidth() + 1.6)
-        for axis, n in zip(axes, chosen):
-            present = [key for key in bar_series if any(p["seq"] == n and p["peak_bytes"] for p in series[key])]
-            points = [next(p for p in series[key] if p["seq"] == n and p["peak_bytes"]) for key in present]
-            xs = np.arange(len(present))
-            bottom = np.zeros(len(present))
-            for segment in TAGS + [UNATTRIBUTED]:
-                heights = np.array([tag_share(p, segment) / GIB for p in points], dtype=float)
-                axis.bar(xs, heights, 0.7, bottom=bottom, color=TAG_COLOURS[segment], label=segment,
-                         hatch="//" if segment == UNATTRIBUTED else None,
-                         edgecolor=[colour_of(key[1]) for key in present], linewidth=1.5)
-                bottom += heights
-            axis.set_xticks(xs)
-            axis.set_xticklabels([key[1] if len(sources) == 1 else series_label(key, series) for key in present],
-                                 rotation=45, ha="right", fontsize=8)
-            axis.set_title(f"N = {n}")
-            axis.set_ylabel("live at the peak [GiB]")
-            axis.grid(True, axis="y", alpha=0.3)
-        handles = [Patch(facecolor=TAG_COLOURS[s], hatch="//" if s == UNATTRIBUTED else None, label=s)
-                   for s in TAGS + [UNATTRIBUTED]]
-        figure.legend(handles=handles, loc="center right", fontsize=8, frameon=False)
-        save(figure, "memory_by_tag", "measured peak memory by tag (unattributed: peak less the tags the row states)",
-             present_keys(series, bar_series, chosen), right=1 - 1.5 / figure.get_figwidth())
-    return written, described
+    if not all_seq:
+        return
+    picks = sorted({round(i * (len(all_seq) - 1) / 3) for i in range(4)}) if len(all_seq) > 4 else range(len(all_seq))
+    chosen = [all_seq[i] for i in picks]
+    figure, axes = canvas.panels(len(chosen), 3.4, 5.5)
+    figure.set_figwidth(figure.get_figwidth() + 1.6)
+    drawn = set()
+    for axis, n in zip(axes, chosen):
+        present = [key for key in bar_series if any(p["seq"] == n and p["peak_bytes"] for p in series[key])]
+        drawn.update(present)
+        points = [next(p for p in series[key] if p["seq"] == n and p["peak_bytes"]) for key in present]
+        xs = np.arange(len(present))
+        bottom = np.zeros(len(present))
+        for segment in TAGS + [UNATTRIBUTED]:
+            heights = np.array([tag_share(p, segment) / GIB for p in points], dtype=float)
+            axis.bar(xs, heights, 0.7, bottom=bottom, color=TAG_COLOURS[segment], label=segment,
+                     hatch="//" if segment == UNATTRIBUTED else None,
+                     edgecolor=[colour_of(key[1]) for key in present], linewidth=1.5)
+            bottom += heights
+        axis.set_xticks(xs)
+        axis.set_xticklabels([key[1] if len(canvas.sources) == 1 else canvas.label(key) for key in present],
+                             rotation=45, ha="right", fontsize=8)
+        axis.set_title(f"N = {n}")
+        axis.set_ylabel("live at the peak [GiB]")
+        axis.grid(True, axis="y", alpha=0.3)
+    handles = [Patch(facecolor=TAG_COLOURS[s], hatch="//" if s == UNATTRIBUTED else None, label=s)
+               for s in TAGS + [UNATTRIBUTED]]
+    figure.legend(handles=handles, loc="center right", fontsize=8, frameon=False)
+    canvas.save(figure, "memory_by_tag", "measured peak memory by tag (unattributed: peak less the tags the row states)",
+                drawn, right=1 - 1.5 / figure.get_figwidth())
+
+
+def draw(paths, out_dir, svg, where=None):
+    """Draws every figure into out_dir; returns (written file paths, a description per figure)."""
+    plt, np = import_matplotlib()
+    sources, series = collect_series(paths, where)
+    if not series:
+        raise RuntimeError("no ok rows to plot" + (f" with --where {' '.join(where)}" if where else ""))
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"--out '{out_dir}': {error.strerror}")
+    canvas = Canvas(plt, sources, series, out_dir, svg)
+    for figure in (time_figure, memory_figure, rate_figure, speedup_figure, ratio_figure):
+        figure(canvas)
+    tag_figure(canvas, np)
+    return canvas.written, canvas.described
 
 
 def standard_ms(point, phase):
@@ -608,10 +648,6 @@ def tag_share(point, segment):
     if segment != UNATTRIBUTED:
         return point["by_tag"][segment] or 0
     return max(0.0, point["peak_bytes"] - sum(v for v in point["by_tag"].values() if v is not None))
-
-
-def present_keys(series, keys, chosen):
-    return [key for key in keys if any(p["seq"] in chosen and p["peak_bytes"] for p in series[key])]
 
 
 def write_json_atomically(path, document):
