@@ -120,7 +120,8 @@ def device_of(row, meta):
 
 
 def on_cpu(row):
-    """Whether a row's rate is read in GFLOP/s (the CPU's scale) rather than TFLOP/s."""
+    """Whether a row's rate is read in GFLOP/s (the CPU's scale) rather than TFLOP/s: flashbench's `cpu`
+    backend and the CPU peer (scripts/peers/torch_cpu.py, backend "torch-cpu-...")."""
     return row.get("backend") == "cpu" or str(row.get("backend", "")).startswith("torch-cpu")
 
 
@@ -130,6 +131,7 @@ def problem_key(problem):
     full.setdefault("kv_heads", full.get("heads"))
     full.setdefault("seq_k", full.get("seq"))
     full.pop("seq_q", None)
+    full["dropout"] = float(full["dropout"] or 0)  # 0 and 0.0 are one problem
     return json.dumps(full, sort_keys=True)
 
 

@@ -150,6 +150,20 @@ class PlotTest(unittest.TestCase):
         old = {key: base[key] for key in ("batch", "heads", "seq", "head_dim", "layers", "causal", "dtype")}
         self.assertEqual(plot_module.shape_of(old), "B=1 H=32 d=64 L=1 causal fp32")  # files before these axes
 
+    def test_titles_say_how_the_batch_went(self):
+        sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts"))
+        import plot as plot_module  # pylint: disable=import-outside-toplevel
+        row = {"backend": "cuda", "device": GPU, "threads": 0, "problem": {"heads": 16, "head_dim": 128, "dtype": "bf16"}}
+
+        def title(batch_and_seq):
+            contexts = [plot_module.context_of(dict(row, problem=dict(row["problem"], batch=b, seq=n)), {})
+                        for b, n in batch_and_seq]
+            return plot_module.context_title(contexts)
+        self.assertEqual(title([(4, 1024), (1, 4096)]), f"{GPU} · bf16 · d = 128 · H = 16 · B·N = 4096 · no mask")
+        self.assertIn("· B = max(1, 4096/N) ·", title([(4, 1024), (1, 4096), (1, 8192)]))
+        self.assertIn("· B = 1, 4 ·", title([(4, 1024), (1, 2048)]))
+        self.assertIn("· B = 2 ·", title([(2, 1024), (2, 2048)]))
+
     def test_writes_every_figure_as_png_and_svg(self):
         self.assertEqual(self.gpu_run.returncode, 0, self.gpu_run.stderr)
         self.assertEqual(self.cpu_run.returncode, 0, self.cpu_run.stderr)
