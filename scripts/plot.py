@@ -358,6 +358,7 @@ def describe_figure(figure, file_names):
             continue  # a secondary axis: its label joins its panel's as ylabel_right
         panel = {"title": axis.get_title(), "xlabel": axis.get_xlabel(), "ylabel": axis.get_ylabel(),
                  "ylabel_right": " ".join(child.get_ylabel() for child in axis.child_axes),
+                 "ylim": [float(limit) for limit in axis.get_ylim()],
                  "lines": [], "bands": [], "bars": []}
         for line in axis.get_lines():
             if not line.get_label().startswith("_"):
@@ -606,6 +607,8 @@ def tag_figure(canvas, np):
                      hatch="//" if segment == UNATTRIBUTED else None,
                      edgecolor=[colour_of(key[1]) for key in present], linewidth=1.5)
             bottom += heights
+        # Zero-height segments on top of a bar are sticky edges that would cancel autoscale's headroom.
+        axis.set_ylim(0, 1.05 * max(bottom))
         axis.set_xticks(xs)
         axis.set_xticklabels([key[1] if len(canvas.sources) == 1 else canvas.label(key) for key in present],
                              rotation=45, ha="right", fontsize=8)

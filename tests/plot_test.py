@@ -280,8 +280,9 @@ class PlotTest(unittest.TestCase):
                 self.assertEqual(bar["segments"]["unattributed"], 0.0)  # flashbench's tags add up to the peak
             else:
                 self.assertGreater(bar["segments"]["unattributed"], 0.0)
-        for panel_ in figure["panels"]:
+        for panel_ in self.gpu["memory_by_tag"]["panels"] + self.cpu["memory_by_tag"]["panels"]:
             self.assertEqual(panel_["ylabel"], "live at the peak [GiB]")
+            self.assertGreater(panel_["ylim"][1], max(bar["top"] for bar in panel_["bars"]))  # no bar cut off
         self.assertEqual(panel(self.gpu["memory_vs_seq"], "measured (markers), model (lines)")["ylabel"],
                          "peak memory [GiB]")
 
