@@ -19,14 +19,10 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from results import (ResultsError, gflops, impl_of, is_peer, median_ms, read_json,  # noqa: E402
+from results import (ResultsError, gflops, is_peer, median_ms, name_of, read_json,  # noqa: E402
                      read_results, variant_rank)
 
 PHASES = ("before", "between", "after")
-
-
-def label(row):
-    return row.get("backend", "?") if is_peer(row) else impl_of(row)
 
 
 def shape_key(row):
@@ -87,13 +83,13 @@ def main_table(peaks, loads, ours, peer):
     ]
     peer_by_key = {shape_key(r): r for r in peer}
     shown = ours + list(peer_by_key.values())
-    width = max([11] + [len(label(r)) + 1 for r in shown])
+    width = max([11] + [len(name_of(r)) + 1 for r in shown])
     name = "impl" if any("impl" in r for r in shown) else "variant"
     header = (f"{name:<{width}}{'N':>6}{'d':>5}{'causal':>7} | {'fwd GF/s':>9}{'%pk':>5}{'vs torch':>9} | "
               f"{'bwd GF/s':>9}{'%pk':>5}{'vs torch':>9} | {'bwd/fwd':>7}")
     lines += [header, "-" * len(header)]
     shown.sort(key=lambda r: (r["problem"]["causal"], r["problem"]["head_dim"], r["problem"]["seq"],
-                              is_peer(r), variant_rank(r), label(r)))
+                              is_peer(r), variant_rank(r), name_of(r)))
     for r in shown:
         p = r["problem"]
         ref = None if is_peer(r) else peer_by_key.get(shape_key(r))
@@ -108,7 +104,7 @@ def main_table(peaks, loads, ours, peer):
         bwd_over_fwd = r.get("bwd_over_fwd")
         if not isinstance(bwd_over_fwd, (int, float)) and median_ms(r, "fwd") and median_ms(r, "bwd"):
             bwd_over_fwd = median_ms(r, "bwd") / median_ms(r, "fwd")
-        lines.append(f"{label(r):<{width}}{p['seq']:>6}{p['head_dim']:>5}{str(p['causal']).lower():>7} | "
+        lines.append(f"{name_of(r):<{width}}{p['seq']:>6}{p['head_dim']:>5}{str(p['causal']).lower():>7} | "
                      f"{cells[0]} | {cells[1]} | {cell(bwd_over_fwd, '.2f', 7)}")
     return lines
 
@@ -131,7 +127,7 @@ def causal_pairs(out):
     for path in sorted(glob.glob(os.path.join(out, "causal-*.json"))):
         by = {}
         for r in ok_rows(path):
-            by[(label(r), r["problem"]["causal"])] = r
+            by[(name_of(r), r["problem"]["causal"])] = r
         for (name, causal), r in by.items():
             other = by.get((name, False))
             if not causal or other is None:
@@ -164,7 +160,7 @@ def scaling_table(out):
         match = re.search(r"scaling-t(\d+)\.json$", path)
         for r in ok_rows(path):
             threads = r.get("threads") if isinstance(r.get("threads"), int) else int(match.group(1))
-            scaling[(label(r), threads)] = r
+            scaling[(name_of(r), threads)] = r
     if not scaling:
         return []
     counts = sorted({t for _, t in scaling})
@@ -197,7 +193,7 @@ def table(out):
     lines = main_table(peaks, read_loads(out), [r for r in ours_all if r.get("status") == "ok"], peer)
     for r in ours_all:
         if r.get("status") != "ok":
-            lines.append(f"{label(r)} {r.get('problem')}: {r.get('status')} {r.get('reason', '')}")
+            lines.append(f"{name_of(r)} {r.get('problem')}: {r.get('status')} {r.get('reason', '')}")
     return lines + products_table(peaks) + causal_table(out) + scaling_table(out)
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU workflow in one invocation: build and test (scripts/gpu-check.sh), then a sweep of all four
 # variants over N with B·N tokens fixed, the PyTorch SDPA peers on the same shapes, one merged JSON
-# (flashbench's contract, peers' rows beside ours, by `flashbench merge`) and the plots, all under
-# OUTPUT_DIR.
+# (flashbench's contract, peers' rows beside ours, by `flashbench merge`) and the plots (a folder per
+# mask), all under OUTPUT_DIR.
 #
 #   scripts/gpu-bench.sh OUTPUT_DIR
 #
@@ -78,7 +78,12 @@ shopt -u nullglob
 "$flashbench" merge ${row_files[@]+"${row_files[@]}"} ${peer_args[@]+"${peer_args[@]}"} --out "$out/sweep.json" ||
   echo "merge exited $?"
 
+# One folder of figures per mask (plots/no-mask, plots/causal), so a figure's lines share one mask.
 if [ -f "$root/scripts/plot.py" ]; then
   echo "== plots"
-  python3 "$root/scripts/plot.py" "$out/sweep.json" --out "$out/plots" || echo "plot.py failed"
+  for mask in $masks; do
+    folder=$([ "$mask" = true ] && echo causal || echo no-mask)
+    python3 "$root/scripts/plot.py" "$out/sweep.json" --where "causal=$mask" --out "$out/plots/$folder" ||
+      echo "plot.py failed ($folder)"
+  done
 fi

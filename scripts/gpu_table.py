@@ -22,7 +22,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from results import ResultsError, impl_of, is_peer, median_ms, read_results  # noqa: E402
+from results import ResultsError, median_ms, name_of, read_results  # noqa: E402
 
 GIB = float(1 << 30)
 
@@ -47,8 +47,7 @@ def collect(paths):
     table = {}
     for path in paths:
         for row in read_results(path).rows:
-            name = row.get("backend") if is_peer(row) else impl_of(row)
-            table.setdefault(shape_of(row), {})[name] = row
+            table.setdefault(shape_of(row), {})[name_of(row)] = row
     return table
 
 

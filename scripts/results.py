@@ -103,6 +103,12 @@ def impl_of(row):
     return row.get("impl") or row.get("variant") or "?"
 
 
+def name_of(row):
+    """What a figure or table calls the row: a peer by its backend ("torch-sdpa-flash"), flashbench's
+    rows by their implementation ("v2", "v2.split")."""
+    return row.get("backend", "?") if is_peer(row) else impl_of(row)
+
+
 def variant_rank(row):
     """Where the row's variant stands in flashbench's order (unknown variants last)."""
     variant = row.get("variant")
@@ -113,6 +119,29 @@ def median_ms(row, phase):
     """The median time of phase ("fwd" or "bwd") in ms, or None."""
     value = ((row.get("timing") or {}).get(phase) or {}).get("median_ms")
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def _positive(value):
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def samples_ms(row, phase):
+    """Every timed sample of phase ("fwd" or "bwd") in ms that is a positive number; [] when none."""
+    samples = ((row.get("timing") or {}).get(phase) or {}).get("samples_ms")
+    return [float(s) for s in samples or [] if _positive(s) is not None]
+
+
+def flop(row, phase):
+    """The FLOP count of phase ("fwd" or "bwd") that the row's own rate was made from, or None.
+
+    flashbench's rows carry it (`flop.fwd`, `flop.bwd`); the peers' rows carry only the rate, which
+    is that count over the median time, so the count is rate x median. No formula is restated here.
+    """
+    counted = _positive((row.get("flop") or {}).get(phase))
+    if counted is not None:
+        return counted
+    rate, time = _positive((row.get("throughput") or {}).get(f"{phase}_tflops")), median_ms(row, phase)
+    return rate * 1e12 * time * 1e-3 if rate is not None and time is not None else None
 
 
 def gflops(row, phase):
