@@ -82,6 +82,25 @@ class Device {
   // Its block of the run's metadata (e.g. "gpu"), and what every row of it records (threads, GPU).
   virtual void describe(nlohmann::ordered_json& meta) const = 0;
   virtual void annotate(Row& row) const = 0;
+
+  // Opens and closes a named range of the device's work for a profiler (NVTX on CUDA, shown by
+  // Nsight Systems and Nsight Compute); ranges nest. Nothing on a device without such a tool.
+  virtual void push_range(const std::string& name);
+  virtual void pop_range();
+};
+
+// A device range for the lifetime of a scope (`run --profile`); an empty name opens none, so that a
+// run that names no ranges pays nothing.
+class DeviceRange {
+ public:
+  DeviceRange(Device& device, std::string name);
+  ~DeviceRange();
+  DeviceRange(const DeviceRange&) = delete;
+  DeviceRange& operator=(const DeviceRange&) = delete;
+
+ private:
+  Device& device_;
+  bool open_;
 };
 
 }  // namespace flashbench
