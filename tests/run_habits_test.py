@@ -6,6 +6,8 @@ only when asked or on a terminal) and --profile (one warm-up, one sample).
 usage: run_habits_test.py FLASHBENCH_BINARY SOURCE_DIR
 """
 import json
+import os
+import pty
 import subprocess
 import sys
 import tempfile
@@ -143,6 +145,28 @@ def progress(binary):
           "stdout holds the table alone")
 
 
+def progress_on_a_terminal(binary):
+    # stderr a terminal (a pseudo-terminal here): the line rewritten in place, cleared at the end.
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([binary, "run", "--seq", "64,96", "--heads", "1", "--variant", "v2", *QUICK],
+                               stdout=subprocess.PIPE, stderr=follower, text=True)
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closes with the process
+            break
+        if not chunk:
+            break
+        seen += chunk
+    process.communicate(timeout=120)
+    os.close(leader)
+    text = seen.decode(errors="replace")
+    check(process.returncode == 0 and text.count("\r\x1b[K[") == 2 and "progress: " not in text
+          and text.endswith("\r\x1b[K"), f"on a terminal: one line rewritten in place, cleared at the end: {text!r}")
+
+
 def profile(binary, tmp):
     out = tmp / "profile.json"
     done = flashbench(binary, "run", "--seq", "64", "--heads", "1", "--variant", "v2,standard", "--profile",
@@ -164,6 +188,7 @@ def main():
         tokens(binary, tmp)
         dry_run_matches_run(binary, tmp)
         progress(binary)
+        progress_on_a_terminal(binary)
         profile(binary, tmp)
     print(f"{failures} failed")
     return 1 if failures else 0
