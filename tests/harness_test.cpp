@@ -47,6 +47,17 @@ class FakeDevice final : public Device {
   Dtype gradient_dtype(const Problem&) const override { return Dtype::fp32; }
   void describe(nlohmann::ordered_json&) const override {}
   void annotate(Row& row) const override { row.device = "fake"; }
+
+  // The profiler's view: every range opened, in order, and those still open.
+  std::vector<std::string> ranges, open_ranges;
+  void push_range(const std::string& name) override {
+    ranges.push_back(name);
+    open_ranges.push_back(name);
+  }
+  void pop_range() override {
+    ASSERT_FALSE(open_ranges.empty()) << "a range closed that was never opened";
+    open_ranges.pop_back();
+  }
 };
 
 // nondeterministic: right to the last bit in the first pass (its first L forward calls), one ulp off in
@@ -264,6 +275,74 @@ TEST(Harness, RowsRecordInputsAndWhetherResultsRepeat) {
   const std::vector<Row> again = run(device, small_problem(), {&correct}, options);
   EXPECT_EQ(again[0].reproducibility->inputs_hash, first.inputs_hash);
   EXPECT_EQ(again[0].reproducibility->results_hash, first.results_hash);
+}
+
+// run --dry-run: the plan is the runner's own decision, so it skips what run() skips, for the same
+// reasons, and marks the rest ok.
+TEST(Harness, PlanSkipsWhatRunSkips) {
+  FakeDevice device;
+  FakeImplementation correct("correct", Behaviour::correct), unsupported("unsupported", Behaviour::unsupported),
+      wrong("wrong", Behaviour::wrong);
+  const std::vector<Implementation*> chosen = {&correct, &unsupported, &wrong};
+  for (const std::optional<int64_t> available : {std::optional<int64_t>(int64_t{1} << 30), std::optional<int64_t>(1000)}) {
+    device.available = available;
+    Runner runner(device, quick());
+    const int calls_before = correct.forward_calls;
+    const std::vector<Row> plan = runner.plan(small_problem(), chosen);
+    EXPECT_EQ(correct.forward_calls, calls_before) << "a plan runs nothing";
+    const std::vector<Row> rows = runner.run(small_problem(), chosen);
+    ASSERT_EQ(plan.size(), rows.size());
+    for (size_t k = 0; k < rows.size(); ++k) {
+      EXPECT_EQ(plan[k].impl, rows[k].impl);
+      EXPECT_EQ(plan[k].status == Status::skipped, rows[k].status == Status::skipped) << rows[k].impl;
+      EXPECT_EQ(plan[k].reason, rows[k].status == Status::skipped ? rows[k].reason : "") << rows[k].impl;
+      EXPECT_EQ(plan[k].model.has_value(), rows[k].model.has_value());
+    }
+    EXPECT_EQ(plan[1].status, Status::skipped);
+    EXPECT_EQ(plan[0].status, available == 1000 ? Status::skipped : Status::ok);
+  }
+}
+
+// Progress hears of each implementation that is measured, by its place in the list, and of no other.
+TEST(Harness, StartObserverSeesEachMeasuredImplementation) {
+  FakeDevice device;
+  FakeImplementation first("first", Behaviour::correct), unsupported("unsupported", Behaviour::unsupported),
+      last("last", Behaviour::correct);
+  Runner runner(device, quick());
+  std::vector<size_t> started;
+  runner.on_start([&](const Problem& problem, size_t k) {
+    EXPECT_EQ(problem.seq, 13);
+    started.push_back(k);
+  });
+  const std::vector<Implementation*> chosen = {&first, &unsupported, &last};
+  runner.run(small_problem(), chosen);
+  EXPECT_EQ(started, std::vector<size_t>({0, 2}));
+}
+
+// run --profile: each implementation, pass and layer is a named device range, every one closed; a run
+// that does not ask names none.
+TEST(Harness, ProfileNamesImplementationsPassesAndLayers) {
+  FakeDevice device;
+  FakeImplementation correct("correct", Behaviour::correct);
+  run(device, small_problem(2), {&correct});
+  EXPECT_TRUE(device.ranges.empty());
+
+  RunOptions options = quick();
+  options.name_ranges = true;
+  run(device, small_problem(2), {&correct}, options);
+  EXPECT_TRUE(device.open_ranges.empty());
+  const auto count = [&](const std::string& name) { return std::count(device.ranges.begin(), device.ranges.end(), name); };
+  ASSERT_FALSE(device.ranges.empty());
+  EXPECT_EQ(device.ranges.front(), "correct " + small_problem(2).describe());
+  EXPECT_EQ(count("correct measured"), 1);
+  EXPECT_EQ(count("correct sample"), 5);  // quick(): five samples, no warm-up beyond the measured pass
+  EXPECT_EQ(count("correct warm-up"), 0);
+  EXPECT_EQ(count("correct repeat"), 1);
+  // Every pass runs both layers forward and backward: the measured one, five samples, the repeat.
+  for (const char* layer : {"correct layer 0 forward", "correct layer 1 forward", "correct layer 0 backward",
+                            "correct layer 1 backward"})
+    EXPECT_EQ(count(layer), 7) << layer;
+  EXPECT_EQ(device.ranges.size(), 1u + 1 + 5 + 1 + 4 * 7);
 }
 
 }  // namespace

@@ -46,6 +46,13 @@ SCALED = {
     "flashbench run --seq 1024,4096 --rounds 9 --format json --out after.json":
         ["run", "--seq", "128,256", "--heads", "2", "--rounds", "9", "--format", "json", "--out", "{tmp}/after.json",
          "--max-time", "0.02"],
+    "flashbench run --seq 1024:16384:x2 --tokens 16384 --causal --dry-run":
+        "run_habits_test.py runs --tokens and --dry-run and compares the plan with the real run's rows",
+    "flashbench run --seq 512:4096:x2 --export-json cpu.json --export-csv cpu.csv --export-md cpu.md":
+        ["run", "--seq", "128:256:x2", "--heads", "2", "--export-json", "{tmp}/exported.json", "--export-csv",
+         "{tmp}/exported.csv", "--export-md", "{tmp}/exported.md", *QUICK],
+    "flashbench run --seq 4096 --variant v2 --profile": ["run", "--seq", "256", "--heads", "2", "--variant", "v2", "--profile"],
+    "source <(flashbench completion bash)": ["completion", "bash"],
     "flashbench compare before.json after.json --format md": ["compare", "{tmp}/cpu.json", "{tmp}/cpu.json", "--format", "md"],
     "flashbench compare before.json after.json --fail-on-regression":
         ["compare", "{tmp}/cpu.json", "{tmp}/cpu.json", "--fail-on-regression"],

@@ -87,6 +87,52 @@ TEST(Expand, ValidatesEachProblem) {
   EXPECT_THROW(expand(spec), UsageError);
 }
 
+// --tokens T: B = T / N per configuration; a T that an N does not divide names both.
+TEST(Expand, TokensSetTheBatchPerSequenceLength) {
+  SweepSpec spec;
+  spec.seq = {1024, 4096, 16384};
+  spec.tokens = {16384, 32768};
+  const std::vector<Problem> problems = expand(spec);
+  ASSERT_EQ(problems.size(), 6u);
+  for (const Problem& p : problems) EXPECT_TRUE(p.batch * p.seq == 16384 || p.batch * p.seq == 32768);
+  EXPECT_EQ(problems[0].batch, 16);
+  EXPECT_EQ(problems[2].batch, 1);
+  EXPECT_EQ(problems[3].batch, 32);
+  spec.seq = {1024, 3000};
+  EXPECT_EQ(usage_message([&] { expand(spec); }),
+            "--tokens 16384 is not a multiple of N = 3000: B = tokens / N must be a whole number");
+  spec.seq = {32768};
+  EXPECT_NE(usage_message([&] { expand(spec); }).find("N = 32768"), std::string::npos);
+}
+
+// Tokens replace the batch in a sweep file and in its record, which reads back the same; the flag and
+// --batch exclude each other, and the flag overrides a file's batch (and --batch a file's tokens).
+TEST(SweepFile, TokensRoundTripAndExcludeTheBatch) {
+  SweepSpec spec = parse_sweep_json(R"({"seq": [512, 1024], "tokens": 2048})", "t.json");
+  EXPECT_EQ(spec.tokens, Values({2048}));
+  const nlohmann::ordered_json record = sweep_to_json(spec);
+  EXPECT_FALSE(record.contains("batch"));
+  EXPECT_EQ(parse_sweep_json(record.dump(), "record").tokens, Values({2048}));
+  EXPECT_FALSE(sweep_to_json(SweepSpec{}).contains("tokens"));  // older sweeps keep their keys and hash
+  EXPECT_EQ(usage_message([] { parse_sweep_json(R"({"batch": 2, "tokens": 2048})", "t.json"); }),
+            "t.json: batch and tokens both set B: give one (tokens T makes B = T / N)");
+  SweepOverrides both;
+  both.batch = "2";
+  both.tokens = "2048";
+  EXPECT_EQ(usage_message([&] { apply_overrides(spec, both); }),
+            "--batch and --tokens both set B: give one (--tokens T makes B = T / N)");
+  SweepOverrides batch;
+  batch.batch = "4";
+  apply_overrides(spec, batch);
+  EXPECT_TRUE(spec.tokens.empty());
+  EXPECT_EQ(expand(spec)[1].batch, 4);
+  SweepSpec from_batch_file = parse_sweep_json(R"({"seq": 512, "batch": 8})", "b.json");
+  SweepOverrides tokens;
+  tokens.tokens = "1024";
+  apply_overrides(from_batch_file, tokens);
+  EXPECT_EQ(expand(from_batch_file)[0].batch, 2);
+}
+
 TEST(SweepFile, ParsesAxesRangesAndSampling) {
   const SweepSpec spec = parse_sweep_json(R"({
       "description": "d", "seq": "256:1024:x2", "heads": [2, 4], "head_dim": 64, "batch": [1],

@@ -36,6 +36,10 @@ std::vector<std::string> variant_names(const std::vector<Variant>& variants);
 struct SweepSpec {
   std::string description;
   std::vector<int64_t> batch = {1};
+  // Tokens per configuration T = B·N (query rows), as GPU results are compared (B·N = 16K): when
+  // given, it replaces `batch` and each configuration takes B = T / N. A T that N does not divide is
+  // a UsageError from expand(), before anything runs.
+  std::vector<int64_t> tokens;
   std::vector<int64_t> heads = {8};
   std::vector<int64_t> seq = {1024};      // N (N_q)
   std::vector<int64_t> seq_k;             // N_k; empty: N_k = N for each N
@@ -53,7 +57,7 @@ struct SweepSpec {
   int threads = 0;  // 0 = OpenMP's default
 };
 
-// Every combination of the axes, in a fixed order: dtype, causal, batch, heads, kv_heads, head_dim,
+// Every combination of the axes, in a fixed order: dtype, causal, batch (or tokens), heads, kv_heads, head_dim,
 // layers, dropout, expand_kv (false, then true where G < H), seq_k outermost, then seq innermost, so
 // one scaling curve in N runs consecutively. Variants are not an
 // axis of the product: a backend runs all of them on each problem. Each problem is validated; more
@@ -61,7 +65,7 @@ struct SweepSpec {
 std::vector<Problem> expand(const SweepSpec& spec);
 inline constexpr uint64_t kMaxConfigurations = 65536;
 
-// A JSON object with optional keys: description, batch, heads, kv_heads, seq (or seq_q), seq_k,
+// A JSON object with optional keys: description, batch or tokens (not both), heads, kv_heads, seq (or seq_q), seq_k,
 // head_dim, layers (an integer, a list of integers, or a list/range string as parse_int_list takes),
 // causal and expand_kv (bool, "both" or list of bools), dropout (a number or a list), dtype (name or list), variants ("all" or list), impls (list of implementation names),
 // backend, threads, and sampling {warmup,
@@ -76,6 +80,7 @@ nlohmann::ordered_json sweep_to_json(const SweepSpec& spec);
 // --config (or the defaults), so flags override the file.
 struct SweepOverrides {
   std::optional<std::string> batch, heads, seq, head_dim, layers;  // parse_int_list syntax
+  std::optional<std::string> tokens;  // parse_int_list syntax; excludes --batch, replaces a file's batch
   // --seq sets N and N_k = N (a file's seq_k dropped); --seq-q sets N alone, --seq-k N_k alone.
   std::optional<std::string> seq_q, seq_k, kv_heads;               // parse_int_list syntax
   std::optional<std::string> expand_kv;                            // parse_bool_list syntax

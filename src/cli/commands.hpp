@@ -27,5 +27,9 @@ void register_model(CLI::App& app);  // model.cpp
 void register_fit(CLI::App& app);    // fit.cpp
 void register_compare(CLI::App& app);  // compare.cpp
 void register_merge(CLI::App& app);    // merge.cpp
+void register_completion(CLI::App& app);  // completion.cpp: after every other subcommand, whose options it lists
+
+// The examples at the foot of `flashbench --help` (examples.cpp): real commands, one a line.
+std::string top_level_examples();
 
 }  // namespace flashbench::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   CLI::App app{"flashbench: time and memory of the attention backward pass (standard, v1, v2, checkpoint)"};
   app.set_version_flag("--version", fmt::format("flashbench {} ({})", build::kVersion, build::kGitRevision));
   app.require_subcommand(1);
+  app.footer(cli::top_level_examples());
   cli::register_run(app);
   cli::register_grad(app);
   cli::register_info(app);
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   cli::register_fit(app);
   cli::register_compare(app);
   cli::register_merge(app);
+  cli::register_completion(app);
   try {
     // CLI11 would only say "A subcommand is required"; name the word it did not know.
     std::string known;

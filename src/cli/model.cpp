@@ -32,6 +32,7 @@ struct ModelOptions {
   std::string preset;
   std::string format = "table";
   int64_t context_parallel = 1;  // P devices of a ring (--cp)
+  std::optional<int64_t> tokens;  // --tokens T: B = T / N instead of --batch
 };
 
 
@@ -81,6 +82,12 @@ int64_t busiest_causal_pairs(const Problem& problem, int64_t ranks, SeqSplit spl
 int print_model(const ModelOptions& options) {
   Problem problem = options.problem;
   problem.dtype = parse_dtype(options.dtype);
+  if (options.tokens) {
+    if (*options.tokens < 1 || problem.seq < 1 || *options.tokens % problem.seq != 0)
+      throw UsageError(fmt::format("--tokens {} is not a multiple of N = {}: B = tokens / N must be a whole number",
+                                   *options.tokens, problem.seq));
+    problem.batch = *options.tokens / problem.seq;
+  }
   validate(problem);
   const int64_t ranks = options.context_parallel;
   // One device of P holds the local problem (seq = N/P); its implementation sizes its workspace for it.
@@ -302,7 +309,10 @@ void register_model(CLI::App& app) {
   sub->add_option("--seq", options->problem.seq, "N, sequence length")->capture_default_str();
   sub->add_option("--heads", options->problem.heads, "H, heads")->capture_default_str();
   sub->add_option("--head-dim", options->problem.head_dim, "d, head dim")->capture_default_str();
-  sub->add_option("--batch", options->problem.batch, "B, batch")->capture_default_str();
+  CLI::Option* batch = sub->add_option("--batch", options->problem.batch, "B, batch")->capture_default_str();
+  sub->add_option_function<int64_t>("--tokens", [options](int64_t value) { options->tokens = value; },
+                                    "T = B*N tokens instead of --batch: B = T / N")
+      ->excludes(batch);
   sub->add_option("--layers", options->problem.layers, "L, layers in the stack")->capture_default_str();
   sub->add_flag("--causal", options->problem.causal, "Causal mask (the CPU allocates the same either way)");
   add_workload_options(sub, options->problem);

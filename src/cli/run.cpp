@@ -22,6 +22,9 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "cli/dry_run.hpp"
+#include "cli/exports.hpp"
+#include "cli/progress.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/environment.hpp"
@@ -57,7 +60,26 @@ struct RunFlags {
   int device_index = 0;                  // --device-index: which GPU
   std::optional<std::string> trace;      // --trace: a directory for one memory trace per row
   int rounds = 1;                        // --rounds: passes over the sweep, each timing every row again
+  bool dry_run = false;                  // --dry-run: print the plan, measure nothing
+  ExportFlags exports;                   // --export-json, --export-csv, --export-md
+  bool progress = false;                 // --progress: on stderr even when it is not a terminal
+  bool profile = false;                  // --profile: one warm-up, one sample, device ranges for Nsight
 };
+
+// --profile: one warm-up (the measured pass is it) and one sample per implementation, the work
+// named as device ranges, for a profiler to look at rather than a timing to trust. The sampling
+// flags would contradict it.
+void apply_profile(const RunFlags& flags, SweepSpec& spec, RunOptions& options) {
+  const SweepOverrides& o = flags.sweep;
+  if (o.warmup || o.warmup_ms || o.min_samples || o.max_samples || o.max_noise || o.max_time_s)
+    throw UsageError("--profile sets one warm-up and one sample: drop --warmup, --warmup-time, --min-samples, "
+                     "--max-samples, --max-noise and --max-time");
+  spec.sampling.warmup = 1;
+  spec.sampling.warmup_ms = 0;
+  spec.sampling.min_samples = 1;
+  spec.sampling.max_samples = 1;
+  options.name_ranges = true;
+}
 
 // The CPU ceilings a run reads its rates against: measured now with the run's threads, or read back
 // from the "peak" object that `info --peak --format json` wrote.
@@ -267,13 +289,10 @@ EnvironmentSource host_environment_source() {
   return source;
 }
 
-std::string format_eta(double seconds) {
-  if (seconds < 60) return fmt::format("{:.0f}s", seconds);
-  return fmt::format("{:.0f}m{:02.0f}s", std::floor(seconds / 60), std::fmod(seconds, 60.0));
-}
-
 int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
-  const SweepSpec spec = resolve_sweep(flags.config, flags.sweep);
+  SweepSpec spec = resolve_sweep(flags.config, flags.sweep);
+  RunOptions options;
+  if (flags.profile) apply_profile(flags, spec, options);
   const std::vector<Problem> problems = expand(spec);
   const DeviceEntry& entry = registry().device(spec.backend);
   // Implementations by name (--impl) or the default one of each variant (--variant), checked before
@@ -286,7 +305,6 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
       throw UsageError("--resume reads --out back: it needs --out and --format json (a .json name) or jsonl (a .jsonl name)");
   }
 
-  RunOptions options;
   options.sampling = spec.sampling;
   options.seed = flags.seed;
   options.input_scale = flags.input_scale;
@@ -296,7 +314,8 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   if (flags.mem_limit) options.mem_limit_bytes = parse_bytes(*flags.mem_limit);
   // What the run writes must be writable before anything is measured.
   if (flags.out) check_writable(*flags.out);
-  if (flags.trace) prepare_trace_directory(*flags.trace);
+  Exports exports(flags.exports, flags.out);
+  if (flags.trace && !flags.dry_run) prepare_trace_directory(*flags.trace);  // a dry run creates nothing
   options.record_timeline = flags.trace.has_value();
 
   // The whole sweep is dealt to the shards by modelled time; this process runs its share, in the
@@ -326,6 +345,16 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     fmt::print(stderr, "flashbench: resuming '{}': {} of {} configurations already there, {} to run\n", *flags.out,
                share.size() - to_run.size(), share.size(), to_run.size());
 
+  std::vector<Implementation*> chosen;
+  for (const auto& implementation : implementations) chosen.push_back(implementation.get());
+  if (flags.dry_run) {
+    std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = spec.threads, .index = flags.device_index});
+    Runner planner(*device, options);
+    const DryRun dry_run{.backend = spec.backend, .nominal_flop_rate = entry.nominal_flop_rate,
+                         .sampling = spec.sampling, .rounds = flags.rounds, .already_done = share.size() - to_run.size()};
+    return print_dry_run(std::cout, flags.format, dry_run, planner, to_run, chosen);
+  }
+
   // Read before this process loads the machine (the device, the ceilings).
   const EnvironmentSource host = host_environment_source();
   const HostEnvironment environment = read_host_environment(host);
@@ -352,7 +381,8 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   // From here a signal stops the sweep in order: the rows kept and finished are written.
   const StopOnSignal stop;
   Destination destination(flags.out, flags.format, earlier.has_value());
-  std::unique_ptr<Reporter> reporter = make_reporter(flags.format, destination.stream(), destination.terminal());
+  std::unique_ptr<Reporter> reporter =
+      exports.beside(make_reporter(flags.format, destination.stream(), destination.terminal()));
   reporter->begin(meta);
   bool any_failed = false;
   if (earlier) {
@@ -370,17 +400,30 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   // Said once the sweep starts, every flag accepted: a usage error stays its one line.
   for (const std::string& warning : warnings) fmt::print(stderr, "flashbench: warning: {}\n", warning);
 
-  std::vector<Implementation*> chosen;
-  for (const auto& implementation : implementations) chosen.push_back(implementation.get());
   Runner runner(*device, options);
   // Rounds after the first only time: the first checked the outputs and recorded the traces.
   RunOptions timing_options = options;
   timing_options.check = false;
   timing_options.record_timeline = false;
   Runner timing_runner(*device, timing_options);
-  const size_t steps = to_run.size() * size_t(flags.rounds);
-  const bool progress = isatty(STDERR_FILENO) && steps > 1;
-  const auto start = std::chrono::steady_clock::now();
+  // Progress on a terminal, or wherever --progress asks: never into a pipe or a log unasked.
+  const bool terminal = isatty(STDERR_FILENO);
+  std::optional<SweepProgress> progress;
+  if (flags.progress || (terminal && to_run.size() * chosen.size() * size_t(flags.rounds) > 1)) {
+    std::vector<double> weights;
+    for (const Problem& problem : to_run)
+      weights.push_back(modelled_run_seconds(problem, 1, spec.sampling, entry.nominal_flop_rate));
+    progress.emplace(stderr, terminal, std::move(weights), chosen.size(), flags.rounds);
+  }
+  // Which configuration and round the runners are on, and the implementations they were given.
+  size_t current_index = 0;
+  int current_round = 0;
+  std::vector<Implementation*> current_list;
+  const auto report_start = [&](const Problem& problem, size_t k) {
+    if (progress) progress->starting(current_index, current_round, k, current_list[k]->name(), problem);
+  };
+  runner.on_start(report_start);
+  timing_runner.on_start(report_start);
   std::vector<ConfigurationRounds> configurations(to_run.size());
   size_t finished = 0;  // configurations whose every round is done, reported
   // Round by round over the whole share, so that what changes on the machine during the run falls
@@ -388,15 +431,11 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   for (int round = 0; round < flags.rounds && !stop.received(); ++round) {
     for (size_t index = 0; index < to_run.size() && !stop.received(); ++index) {
       const Problem& problem = to_run[index];
-      const size_t step = size_t(round) * to_run.size() + index;
-      if (progress) {
-        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        const std::string eta = step == 0 ? "" : " ETA " + format_eta(elapsed / double(step) * double(steps - step));
-        const std::string rounds = flags.rounds > 1 ? fmt::format(" round {}/{}", round + 1, flags.rounds) : "";
-        fmt::print(stderr, "\r\033[K[{}/{}]{} {}{}", index + 1, to_run.size(), rounds, problem.describe(), eta);
-      }
+      current_index = index;
+      current_round = round;
       ConfigurationRounds& configuration = configurations[index];
       if (round == 0) {
+        current_list = chosen;
         configuration.add_first(runner.run(problem, chosen));
         if (flags.trace)
           for (const Row& row : configuration.rows) {
@@ -414,6 +453,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
         if (!order.empty()) std::rotate(order.begin(), order.begin() + (round % order.size()), order.end());
         std::vector<Implementation*> timed;
         for (size_t k : order) timed.push_back(chosen[k]);
+        current_list = timed;
         const std::vector<Row> rows = timing_runner.run(problem, timed);
         for (size_t i = 0; i < order.size(); ++i) configuration.add(order[i], rows[i], round);
       }
@@ -427,7 +467,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
       }
     }
   }
-  if (progress) fmt::print(stderr, "\r\033[K");
+  if (progress) progress->finish();
   if (stop.received()) {
     nlohmann::ordered_json not_run = nlohmann::ordered_json::array();
     for (size_t index = finished; index < to_run.size(); ++index) not_run.push_back(to_run[index].describe());
@@ -436,6 +476,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   reporter->set_meta_at_end("/environment/load_average_end", load_average_json(read_load_average(host)));
   reporter->finish();
   destination.commit();
+  exports.commit();
   if (stop.received()) {
     fmt::print(stderr, "flashbench: stopped by {}: {} of {} configurations finished{}\n",
                stop.received() == SIGINT ? "SIGINT" : "SIGTERM", finished, to_run.size(),
@@ -471,6 +512,9 @@ void register_run(CLI::App& app) {
                   "Dropout probability p on the attention weights, list (default 0); Philox 4x32-10 masks");
   optional_string("--head-dim,-d", flags->sweep.head_dim, "Head dim d, 1..256 (default 64)");
   optional_string("--batch,-b", flags->sweep.batch, "Batch B (default 1)");
+  optional_string("--tokens", flags->sweep.tokens,
+                  "Tokens T = B*N per configuration instead of --batch: B = T / N (e.g. --tokens 16384, as the GPU "
+                  "results use); a T that N does not divide is an error");
   optional_string("--layers,-l", flags->sweep.layers, "Layers L of the chained stack (default 1)");
   sub->add_flag_function("--causal", [flags](int64_t) { flags->sweep.causal = "true"; },
                          "Apply the causal mask, bottom-right aligned: row i sees keys j <= i + N_k - N (a row that "
@@ -538,6 +582,18 @@ void register_run(CLI::App& app) {
   optional_string("--trace", flags->trace,
                   "Write each row's memory timeline into this directory (created if missing) as a Chrome/Perfetto "
                   "trace (.trace.json) and a PyTorch memory_viz snapshot (.snapshot.pickle), named <backend>-<impl>-B..-H..-N..-d..-L..[-causal][-G..][-Nk..]-<dtype> (docs/trace.md)");
+  sub->add_flag("--dry-run", flags->dry_run,
+                "Print each configuration, each implementation's modelled peak, which would be skipped and why, and "
+                "the modelled time; measure and write nothing (--format table or json)");
+  optional_string("--export-json", flags->exports.json, "Also write the rows as JSON to this file (atomically)");
+  optional_string("--export-csv", flags->exports.csv, "Also write the rows as CSV to this file (atomically)");
+  optional_string("--export-md", flags->exports.md, "Also write the rows as Markdown to this file (atomically)");
+  sub->add_flag("--progress", flags->progress,
+                "Show progress (implementation, % of the modelled work, ETA) on stderr even when it is not a "
+                "terminal (on a terminal it is always shown)");
+  sub->add_flag("--profile", flags->profile,
+                "For Nsight Systems / Nsight Compute: one warm-up and one sample per implementation, and on CUDA "
+                "NVTX ranges named '<impl> <pass>' and '<impl> layer <i> forward|backward'");
   set_action(sub, [flags](const std::vector<std::string>& argv) { return run_sweep(*flags, argv); });
 }
 

@@ -237,7 +237,10 @@ std::vector<std::string> parse_name_list(std::string_view text, std::string_view
 std::vector<Problem> expand(const SweepSpec& spec) {
   // Counted before anything is built: seven axes of 4096 values would be 2^84 problems.
   uint64_t count = 1;
-  for (size_t size : {spec.dtype.size(), spec.causal.size(), spec.batch.size(), spec.heads.size(),
+  // --tokens replaces the batch axis: one configuration per T, its B = T / N.
+  const bool by_tokens = !spec.tokens.empty();
+  const std::vector<int64_t>& batch_or_tokens = by_tokens ? spec.tokens : spec.batch;
+  for (size_t size : {spec.dtype.size(), spec.causal.size(), batch_or_tokens.size(), spec.heads.size(),
                       std::max<size_t>(spec.kv_heads.size(), 1), spec.head_dim.size(), spec.layers.size(),
                       spec.dropout.size(), spec.expand_kv.size(), std::max<size_t>(spec.seq_k.size(), 1),
                       spec.seq.size()}) {
@@ -253,7 +256,7 @@ std::vector<Problem> expand(const SweepSpec& spec) {
   const std::vector<int64_t>& kv_heads = spec.kv_heads.empty() ? same_heads : spec.kv_heads;
   for (Dtype dtype : spec.dtype)
     for (bool causal : spec.causal)
-      for (int64_t batch : spec.batch)
+      for (int64_t batch_or_token_count : batch_or_tokens)
         for (int64_t heads : spec.heads)
           for (int64_t groups : kv_heads)
             for (int64_t head_dim : spec.head_dim)
@@ -262,8 +265,12 @@ std::vector<Problem> expand(const SweepSpec& spec) {
                   for (bool expand : spec.expand_kv)
                     for (int64_t keys : seq_k)
                       for (int64_t seq : spec.seq) {
+                        if (by_tokens && batch_or_token_count % seq != 0)
+                          throw UsageError(fmt::format(
+                              "--tokens {} is not a multiple of N = {}: B = tokens / N must be a whole number",
+                              batch_or_token_count, seq));
                         Problem p;
-                        p.batch = batch;
+                        p.batch = by_tokens ? batch_or_token_count / seq : batch_or_token_count;
                         p.heads = heads;
                         p.kv_heads = groups;
                         p.seq = seq;
@@ -290,6 +297,8 @@ SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name) 
   }
   if (!document.is_object()) throw UsageError(fmt::format("{}: a sweep file holds one JSON object", source_name));
 
+  if (document.contains("batch") && document.contains("tokens"))
+    throw UsageError(fmt::format("{}: batch and tokens both set B: give one (tokens T makes B = T / N)", source_name));
   if (document.contains("seq") && document.contains("seq_q"))
     throw UsageError(fmt::format("{}: seq and seq_q both set N: give one", source_name));
   SweepSpec spec;
@@ -297,6 +306,7 @@ SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name) 
     for (const auto& [key, value] : document.items()) {
       if (key == "description") spec.description = value.get<std::string>();
       else if (key == "batch") spec.batch = int_axis(value, key);
+      else if (key == "tokens") spec.tokens = int_axis(value, key);
       else if (key == "heads") spec.heads = int_axis(value, key);
       else if (key == "seq" || key == "seq_q") spec.seq = int_axis(value, key);
       else if (key == "seq_k") spec.seq_k = int_axis(value, key);
@@ -355,7 +365,10 @@ SweepSpec load_sweep_file(const std::string& path) {
 nlohmann::ordered_json sweep_to_json(const SweepSpec& spec) {
   nlohmann::ordered_json j;
   j["description"] = spec.description;
-  j["batch"] = spec.batch;
+  // A sweep at fixed tokens records them in place of the batch (the batch follows from N); a sweep
+  // without them keeps the keys, and so the hash, it always had.
+  if (spec.tokens.empty()) j["batch"] = spec.batch;
+  else j["tokens"] = spec.tokens;
   j["heads"] = spec.heads;
   j["seq"] = spec.seq;
   j["head_dim"] = spec.head_dim;
@@ -375,7 +388,12 @@ nlohmann::ordered_json sweep_to_json(const SweepSpec& spec) {
 }
 
 void apply_overrides(SweepSpec& spec, const SweepOverrides& o) {
-  if (o.batch) spec.batch = parse_int_list(*o.batch, "--batch");
+  if (o.batch && o.tokens) throw UsageError("--batch and --tokens both set B: give one (--tokens T makes B = T / N)");
+  if (o.batch) {
+    spec.batch = parse_int_list(*o.batch, "--batch");
+    spec.tokens.clear();
+  }
+  if (o.tokens) spec.tokens = parse_int_list(*o.tokens, "--tokens");
   if (o.heads) spec.heads = parse_int_list(*o.heads, "--heads");
   if (o.seq && o.seq_q) throw UsageError("--seq and --seq-q both set N: give one (--seq also sets N_k)");
   if (o.seq) {

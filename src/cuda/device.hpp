@@ -40,6 +40,8 @@ class CudaDevice final : public Device {
   void describe(nlohmann::ordered_json& meta) const override;  // meta["gpu"]
   void annotate(Row& row) const override;                      // row.device = the GPU's name
   std::optional<GpuState> gpu_state() const override;          // NVML, found by the GPU's PCI bus id
+  void push_range(const std::string& name) override;  // NVTX (profiler_ranges.cpp)
+  void pop_range() override;
 
   // What the implementations launch with.
   cudaStream_t stream() const { return stream_; }

@@ -12,4 +12,14 @@ std::vector<double> SteadyClockTimer::intervals_ms() {
   return out;
 }
 
+void Device::push_range(const std::string&) {}
+void Device::pop_range() {}
+
+DeviceRange::DeviceRange(Device& device, std::string name) : device_(device), open_(!name.empty()) {
+  if (open_) device_.push_range(name);
+}
+DeviceRange::~DeviceRange() {
+  if (open_) device_.pop_range();
+}
+
 }  // namespace flashbench

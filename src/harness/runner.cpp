@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <new>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -500,6 +501,11 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   reproducibility.inputs_hash = hex(inputs_hash);
   row.hazards = input_hazards(problem, logit_size(device, problem, inputs[0].X0.data(), inputs[0].context()));
   LayerStack stack(problem, implementation, device, *space, s.seed);
+  // The passes' device ranges, "<impl> <pass>" (--profile), or none.
+  const auto pass_range = [&](std::string_view pass) {
+    return options.name_ranges ? fmt::format("{} {}", implementation.name(), pass) : std::string();
+  };
+  if (options.name_ranges) stack.name_ranges(std::string(implementation.name()));
   std::unique_ptr<PhaseTimer> timer = device.timer();
   inject_failure(implementation);
 
@@ -519,6 +525,8 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
     MemoryLedger& ledger;
     ~Detach() { ledger.attach(nullptr); }
   } const detach{ledger};
+  std::optional<DeviceRange> measured_range;
+  measured_range.emplace(device, pass_range("measured"));
   ledger.set_phase(Phase::fwd);
   timer->mark();
   {
@@ -540,6 +548,7 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   }
   timer->mark();
   device.synchronize();
+  measured_range.reset();
   const Dtype gradient_dtype = device.gradient_dtype(problem);
   const uint64_t results_hash = hash_gradients(device, problem, gradients, output_hash);
   reproducibility.results_hash = hex(results_hash);
@@ -575,6 +584,7 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
     const bool warming_up = needs_more_warmup(policy, warmups_done, warmup_ms);
     if (!warming_up && !needs_more_samples(policy, {&fwd_ms, &bwd_ms}, seconds_sampling())) break;
     const int64_t set = next_set++ % s.params.input_sets;
+    const DeviceRange range(device, pass_range(warming_up ? "warm-up" : "sample"));
     if (options.cold) device.flush_caches();
     ledger.set_phase(Phase::fwd);
     timer->mark();
@@ -600,6 +610,7 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
 
   // The measured computation once more on input set 0, untimed: the same bits again? (Atomic
   // accumulation makes some GPU kernels differ run to run.)
+  const DeviceRange repeat_range(device, pass_range("repeat"));
   stack.forward(inputs[0].X0.data(), inputs[0].context());
   const uint64_t output_again =
       hash_finite(device, stack.output(), problem.dtype, problem, queries, "the output X_L", kFnvOffset);
@@ -613,6 +624,11 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
 
 Runner::Runner(Device& device, RunOptions options) : device_(device), options_(std::move(options)) {}
 
+std::vector<Row> Runner::plan(const Problem& problem, std::span<Implementation* const> implementations) {
+  validate(problem);
+  return preflight(device_, options_, problem, implementations, settle(device_, options_, problem));
+}
+
 std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* const> implementations) {
   validate(problem);
   const Setting setting = settle(device_, options_, problem);
@@ -625,7 +641,9 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
     Row& row = rows[k];
     if (row.status != Status::ok) continue;
     if (options_.check && !reference) row.not_checked = why_not_checked;
+    if (on_start_) on_start_(problem, k);
     try {
+      const DeviceRange range(device_, options_.name_ranges ? fmt::format("{} {}", row.impl, problem.describe()) : "");
       measure(device_, options_, problem, *implementations[k], setting, reference, row);
       if (row.check && !row.check->passed()) {
         row.status = Status::failed;

@@ -52,11 +52,16 @@ void LayerStack::forward(const void* X0, const void* C) {
   for (int64_t i = 0; i < L; ++i) {
     call.layer = i;
     const ScopedSpan span(space_.ledger().timeline(), "forward", i);
+    const DeviceRange range(device_, range_name(i, "forward"));
     outputs_[i] = RawBuffer(space_, output_is_kept_ ? Tag::kept : Tag::activation, x_bytes);
     kept_[i] = allocate_kept(implementation_.variant(), problem_, space_);
     implementation_.forward(call, X, outputs_[i].data(), kept_[i]);
     X = outputs_[i].data();
   }
+}
+
+std::string LayerStack::range_name(int64_t i, std::string_view phase) const {
+  return range_prefix_.empty() ? std::string() : fmt::format("{} layer {} {}", range_prefix_, i, phase);
 }
 
 const void* LayerStack::output() const { return outputs_.back().data(); }
@@ -74,6 +79,7 @@ LayerStack::Gradients LayerStack::backward(const void* X0, const void* dO, const
   RawBuffer incoming;  // dX_{i+1}; empty means dO
   for (int64_t i = L - 1; i >= 0; --i) {
     const ScopedSpan span(space_.ledger().timeline(), "backward", i);
+    const DeviceRange range(device_, range_name(i, "backward"));
     const void* X_i = i == 0 ? X0 : outputs_[i - 1].data();
     const Gradient gradient = incoming.empty() ? Gradient{dO, problem_.dtype} : Gradient{incoming.data(), gradient_dtype};
     RawBuffer dX(space_, Tag::grad, grad_bytes);

@@ -85,6 +85,25 @@ class Device {
   // The GPU's clocks, power and throttling now (NVML), recorded before and after a row's samples;
   // nothing on devices without one or where NVML does not answer.
   virtual std::optional<GpuState> gpu_state() const { return std::nullopt; }
+
+  // Opens and closes a named range of the device's work for a profiler (NVTX on CUDA, shown by
+  // Nsight Systems and Nsight Compute); ranges nest. Nothing on a device without such a tool.
+  virtual void push_range(const std::string& name);
+  virtual void pop_range();
+};
+
+// A device range for the lifetime of a scope (`run --profile`); an empty name opens none, so that a
+// run that names no ranges pays nothing.
+class DeviceRange {
+ public:
+  DeviceRange(Device& device, std::string name);
+  ~DeviceRange();
+  DeviceRange(const DeviceRange&) = delete;
+  DeviceRange& operator=(const DeviceRange&) = delete;
+
+ private:
+  Device& device_;
+  bool open_;
 };
 
 }  // namespace flashbench

@@ -6,6 +6,7 @@
 //   the one stopping rule; the check (nothing compared → `not checked`, never passed);
 //   OutOfMemory → `oom`; RuntimeFailure → `failed` with the reason, the sweep going on.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -28,6 +29,11 @@ struct RunOptions {
   // The most work the float64 reference may take per problem [FLOP]; beyond it the check falls back
   // to sampled rows of the output (L = 1) or says `not checked`.
   double reference_flop_budget = 2.5e11;
+  // Name the work as device ranges (`run --profile`, for Nsight): "<impl> <problem>" around each
+  // implementation, "<impl> <pass>" around each pass (measured, warm-up, sample, repeat) and
+  // "<impl> layer <i> <phase>" around each layer's forward and backward. No '/' in a name: Nsight
+  // Compute's --nvtx-include reads '/' as the step from a range to the one nested in it.
+  bool name_ranges = false;
 };
 
 class Runner {
@@ -36,6 +42,15 @@ class Runner {
 
   // One row per implementation, in the order given, all on the same inputs.
   std::vector<Row> run(const Problem& problem, std::span<Implementation* const> implementations);
+
+  // What run() decides before anything is allocated, from the same rules: a row per implementation
+  // with its modelled memory, `skipped` with the reason where it is unsupported or its modelled peak
+  // does not fit, `ok` where it would be measured (`run --dry-run`).
+  std::vector<Row> plan(const Problem& problem, std::span<Implementation* const> implementations);
+
+  // Called by run() as it starts measuring implementation k of the list it was given (progress).
+  using StartObserver = std::function<void(const Problem& problem, size_t k)>;
+  void on_start(StartObserver observer) { on_start_ = std::move(observer); }
 
   // One untimed pass of one implementation on given inputs X0 and dO [B,H,N,d] and, where the
   // problem attends to a context, C [B,G,N_k,d] (rounded to the problem's dtype on the device): X_L,
@@ -49,6 +64,7 @@ class Runner {
  private:
   Device& device_;
   RunOptions options_;
+  StartObserver on_start_;
 };
 
 }  // namespace flashbench

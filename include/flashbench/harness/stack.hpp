@@ -5,6 +5,8 @@
 // C instead, X_{i+1} = Attn(Q=X_i, K=C, V=C), dX_i = dQ, and dC = Σ_i (dK_i + dV_i) is allocated
 // (tag grad) when backward starts. Which buffer exists when, under which tag, is stated once here and
 // reproduced in closed form by the model (model.hpp); change them together.
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "flashbench/harness/device.hpp"
@@ -36,7 +38,14 @@ class LayerStack {
   };
   Gradients backward(const void* X0, const void* dO, const void* C = nullptr);
 
+  // Names each layer's forward and backward as a device range, "<prefix> layer <i> forward" (for a
+  // profiler: `run --profile`); an empty prefix (the default) names none.
+  void name_ranges(std::string prefix) { range_prefix_ = std::move(prefix); }
+
  private:
+  // The range of layer i's `phase`, or an empty name when ranges are off.
+  std::string range_name(int64_t i, std::string_view phase) const;
+
   const Problem& problem_;
   Implementation& implementation_;
   Device& device_;
@@ -45,6 +54,7 @@ class LayerStack {
   uint64_t dropout_seed_;
   std::vector<RawBuffer> outputs_;  // outputs_[i] = X_{i+1}
   std::vector<KeptTensors> kept_;
+  std::string range_prefix_;
 };
 
 }  // namespace flashbench

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""`flashbench completion bash|zsh|fish` is written from the command line's own definition: every
+option of every subcommand, as `--help` lists it, is in each script; bash sources the bash script and
+completes with it; zsh and fish check theirs where they are installed.
+
+usage: completion_test.py FLASHBENCH_BINARY SOURCE_DIR
+"""
+import re
+import shutil
+import subprocess
+import sys
+
+failures = 0
+
+
+def check(condition, what):
+    global failures
+    if not condition:
+        failures += 1
+    print(f"{'ok' if condition else 'FAIL'} {what}")
+
+
+def run(*args, **kwargs):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def subcommands(binary):
+    text = run(binary, "--help").stdout
+    section = text.split("Subcommands:", 1)[1].split("Examples:", 1)[0]
+    return [line.split()[0] for line in section.splitlines() if line.strip()]
+
+
+def help_options(binary, command):
+    # The option column of `flashbench COMMAND --help`: every -x and --long name, not the descriptions.
+    names = set()
+    for line in run(binary, command, "--help").stdout.splitlines():
+        match = re.match(r"^  (-[^ ].*?)(?:  |$)", line)
+        if match:
+            names.update(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", match.group(1)))
+    return names
+
+
+def main():
+    binary = sys.argv[1]
+    commands = subcommands(binary)
+    check({"run", "model", "completion"} <= set(commands), f"subcommands from --help: {commands}")
+    scripts = {shell: run(binary, "completion", shell) for shell in ("bash", "zsh", "fish")}
+    for shell, done in scripts.items():
+        check(done.returncode == 0 and done.stdout, f"completion {shell}: exit {done.returncode}")
+    run_options = help_options(binary, "run")
+    check(len(run_options) > 40 and {"--tokens", "--dry-run", "--export-json", "--seq", "-n"} <= run_options,
+          f"run --help lists {len(run_options)} option names")
+    for shell, done in scripts.items():
+        missing = {command: sorted(o for o in help_options(binary, command)
+                                   if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])"
+                                                    if shell != "fish" else
+                                                    rf"-[ls] {re.escape(o.lstrip('-'))}(?![\w-])", done.stdout))
+                   for command in commands}
+        missing = {c: m for c, m in missing.items() if m}
+        check(not missing, f"{shell}: every option of every subcommand is in the script (missing: {missing})")
+
+    bad = run(binary, "completion", "tcsh")
+    check(bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, f"completion tcsh: {bad.stderr.strip()!r}")
+
+    # bash loads it and completes with it, as a user's shell would.
+    script = f"""
+source <("{binary}" completion bash) || exit 1
+complete -p flashbench || exit 1
+complete_line() {{ COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); _flashbench; echo "${{COMPREPLY[*]}}"; }}
+echo "commands: $(complete_line flashbench '')"
+echo "run: $(complete_line flashbench run --seq 4096 --dry)"
+echo "model: $(complete_line flashbench model --tok)"
+echo "shells: $(complete_line flashbench completion '')"
+"""
+    done = run("bash", "-c", script)
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+    check(done.returncode == 0 and "-F _flashbench" in done.stdout, f"bash sources it: {done.stdout[:80]!r} {done.stderr!r}")
+    check(set(commands) <= set(lines.get("commands", "").split()), f"completes the subcommands: {lines.get('commands')}")
+    check(lines.get("run") == "--dry-run", f"completes run --dry -> {lines.get('run')!r}")
+    check(lines.get("model") == "--tokens", f"completes model --tok -> {lines.get('model')!r}")
+    check(lines.get("shells", "").split() == ["bash", "zsh", "fish"], f"completes the shells: {lines.get('shells')!r}")
+
+    if shutil.which("zsh"):
+        done = run("zsh", "-c", f'autoload -U compinit && compinit -u && source <("{binary}" completion zsh) && '
+                                'print -r -- $_comps[flashbench]')
+        check(done.returncode == 0 and done.stdout.strip() == "_flashbench", f"zsh loads it: {done.stdout!r} {done.stderr!r}")
+    else:
+        print("note: zsh is not installed; its script is checked for the options only")
+    if shutil.which("fish"):
+        done = run("fish", "-c", f'"{binary}" completion fish | source; complete -C"flashbench run --dry"')
+        check(done.returncode == 0 and "--dry-run" in done.stdout, f"fish completes run --dry: {done.stdout!r}")
+    else:
+        print("note: fish is not installed; its script is checked for the options only")
+    print(f"{failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

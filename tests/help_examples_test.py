@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""The examples at the foot of `flashbench --help` are real commands: each one runs as written, a
+`run` with --dry-run appended (the plan of the same command line, parsed and validated whole, the
+device opened, nothing measured), the others as they are, in a scratch folder.
+
+usage: help_examples_test.py FLASHBENCH_BINARY SOURCE_DIR
+"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+
+failures = 0
+
+
+def check(condition, what):
+    global failures
+    if not condition:
+        failures += 1
+    print(f"{'ok' if condition else 'FAIL'} {what}")
+
+
+def main():
+    binary = os.path.abspath(sys.argv[1])
+    text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60).stdout
+    check("Examples:" in text, "flashbench --help has examples")
+    block = text.split("Examples:", 1)[1] if "Examples:" in text else ""
+    examples = [re.sub(r"\s+#.*$", "", line).strip() for line in block.splitlines() if "flashbench " in line]
+    check(len(examples) >= 5, f"{len(examples)} examples")
+    with tempfile.TemporaryDirectory() as tmp:
+        for example in examples:
+            inner = re.fullmatch(r"source <\((flashbench .*)\)", example)  # a script for the shell to load
+            words = shlex.split(inner.group(1) if inner else example)
+            check(words[0] == "flashbench", f"starts with flashbench: {example}")
+            args = words[1:]
+            if args[0] == "run" and "--dry-run" not in args:
+                args.append("--dry-run")
+            done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120, cwd=tmp)
+            check(done.returncode == 0 and done.stdout, f"{' '.join(args)}: exit {done.returncode} "
+                                                          f"{done.stderr.strip()[-200:]!r}")
+    print(f"{failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
