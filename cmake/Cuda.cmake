@@ -1,7 +1,13 @@
 # CUDA backend: FLASHBENCH_CUDA=AUTO|ON|OFF. AUTO builds it when nvcc is found (on PATH or in
-# /usr/local/cuda); ON insists on it; OFF never builds it. The result is FLASHBENCH_CUDA_BOOL
-# (true/false), which feeds build::kCuda in config.hpp.
+# /usr/local/cuda) AND this machine shows a GPU (/dev/nvidia0 exists, or `nvidia-smi -L` lists one):
+# compiling the kernels takes minutes that a machine without a GPU could never use. ON insists on
+# it (CI and the GPU scripts, which must compile the kernels wherever nvcc is); OFF never builds it.
+# One status line says which and why. The result is FLASHBENCH_CUDA_BOOL (true/false), which feeds
+# build::kCuda in config.hpp.
 set(FLASHBENCH_CUDA "AUTO" CACHE STRING "Build the CUDA backend: AUTO, ON or OFF")
+# The device node whose presence shows a GPU to AUTO (tests/cuda_auto_test.py points it elsewhere).
+set(FLASHBENCH_GPU_DEVICE_NODE /dev/nvidia0 CACHE FILEPATH "A file whose presence means this machine has an NVIDIA GPU")
+mark_as_advanced(FLASHBENCH_GPU_DEVICE_NODE)
 set_property(CACHE FLASHBENCH_CUDA PROPERTY STRINGS AUTO ON OFF)
 string(TOUPPER "${FLASHBENCH_CUDA}" _flashbench_cuda_request)
 if(NOT _flashbench_cuda_request MATCHES "^(AUTO|ON|OFF)$")
@@ -18,7 +24,24 @@ if(NOT _flashbench_cuda_request STREQUAL "OFF")
   endif()
   include(CheckLanguage)
   check_language(CUDA)
-  if(CMAKE_CUDA_COMPILER)
+  set(_flashbench_gpu_seen FALSE)
+  if(CMAKE_CUDA_COMPILER AND _flashbench_cuda_request STREQUAL "AUTO")
+    if(EXISTS "${FLASHBENCH_GPU_DEVICE_NODE}")
+      set(_flashbench_gpu_seen TRUE)
+    else()
+      find_program(FLASHBENCH_NVIDIA_SMI nvidia-smi)
+      if(FLASHBENCH_NVIDIA_SMI)
+        execute_process(COMMAND ${FLASHBENCH_NVIDIA_SMI} -L RESULT_VARIABLE _flashbench_smi_status
+                        OUTPUT_VARIABLE _flashbench_smi_gpus ERROR_QUIET TIMEOUT 20)
+        if(_flashbench_smi_status EQUAL 0 AND _flashbench_smi_gpus MATCHES "GPU [0-9]+:")
+          set(_flashbench_gpu_seen TRUE)
+        endif()
+      endif()
+    endif()
+  endif()
+  if(CMAKE_CUDA_COMPILER AND _flashbench_cuda_request STREQUAL "AUTO" AND NOT _flashbench_gpu_seen)
+    message(STATUS "flashbench: CUDA backend OFF (nvcc found, but no GPU here: no ${FLASHBENCH_GPU_DEVICE_NODE} and `nvidia-smi -L` lists none; -DFLASHBENCH_CUDA=ON builds it anyway)")
+  elseif(CMAKE_CUDA_COMPILER)
     # Hopper (H100/H200) first, Ampere (A100) so the same build runs there too.
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 90 80)
@@ -28,10 +51,17 @@ if(NOT _flashbench_cuda_request STREQUAL "OFF")
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(FLASHBENCH_CUDA_BOOL true)
-    message(STATUS "flashbench: CUDA backend ON (${CMAKE_CUDA_COMPILER}, architectures ${CMAKE_CUDA_ARCHITECTURES})")
+    if(_flashbench_cuda_request STREQUAL "ON")
+      set(_flashbench_cuda_why "FLASHBENCH_CUDA=ON")
+    else()
+      set(_flashbench_cuda_why "a GPU is here")
+    endif()
+    message(STATUS "flashbench: CUDA backend ON (${_flashbench_cuda_why}; ${CMAKE_CUDA_COMPILER}, architectures ${CMAKE_CUDA_ARCHITECTURES})")
   elseif(_flashbench_cuda_request STREQUAL "ON")
     message(FATAL_ERROR "FLASHBENCH_CUDA=ON but no CUDA compiler (nvcc) was found")
   else()
-    message(STATUS "flashbench: CUDA backend OFF (no nvcc found)")
+    message(STATUS "flashbench: CUDA backend OFF (no nvcc found; CUDA 12+ in /usr/local/cuda or on PATH builds it)")
   endif()
+else()
+  message(STATUS "flashbench: CUDA backend OFF (FLASHBENCH_CUDA=OFF)")
 endif()

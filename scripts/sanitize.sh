@@ -4,7 +4,8 @@
 # small shapes, so the slower sanitized kernels stay within CI's time. Left to scripts/test.sh's
 # unsanitized run: the README examples (scaled commands, minutes), the runs that stop a sweep by a
 # signal after a measured time and resume it, the harness defects at memory limits, and the tests
-# of the Python scripts and of Slurm (plots, GPU scripts, peers, daemons), which add no C++ path.
+# of the Python scripts and of Slurm (plots, GPU scripts, peers, daemons) and of the build's CUDA
+# decision and install step, which add no C++ path.
 # Environment: SANITIZE_BUILD_DIR (default build-sanitize), SANITIZE_EXCLUDE (a CTest -E regex
 # replacing that list; '^$' runs everything).
 set -euo pipefail
@@ -22,5 +23,5 @@ cmake --build "$build_dir" -j"$(nproc)"
 # without the sanitizer, not a sanitizer abort.
 export ASAN_OPTIONS=abort_on_error=1:detect_stack_use_after_return=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-scripts_and_long_runs='^py\.(readme_examples|shard_resume_merge|harness_defects|slurm|plot|bench_scripts|torch_grad)_test$'
+scripts_and_long_runs='^py\.(readme_examples|shard_resume_merge|harness_defects|slurm|plot|bench_scripts|torch_grad|cuda_auto|install)_test$'
 ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" -E "${SANITIZE_EXCLUDE:-$scripts_and_long_runs}"

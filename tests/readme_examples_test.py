@@ -42,7 +42,7 @@ SCALED = {
          *QUICK],
     "flashbench run --seq-q 512 --seq-k 8192 --heads 8 --kv-heads 2 --causal":
         ["run", "--seq-q", "64", "--seq-k", "300", "--heads", "4", "--kv-heads", "2", "--causal", *QUICK],
-    "flashbench model --preset korthikanti": ["model", "--preset", "korthikanti"],
+    "flashbench model --preset activation-recomputation": ["model", "--preset", "activation-recomputation"],
     "flashbench run --seq 1024,4096 --rounds 9 --format json --out after.json":
         ["run", "--seq", "128,256", "--heads", "2", "--rounds", "9", "--format", "json", "--out", "{tmp}/after.json",
          "--max-time", "0.02"],
@@ -60,7 +60,8 @@ SCALED = {
     "flashbench model --seq 32768 --heads 32 --dtype fp16": ["model", "--seq", "32768", "--heads", "32", "--dtype", "fp16"],
     "flashbench model --backend cuda --seq 16384 --heads 16 --head-dim 128 --dtype bf16":
         ["model", "--backend", "cuda", "--seq", "16384", "--heads", "16", "--head-dim", "128", "--dtype", "bf16"],
-    "flashbench model --preset seed-002": ["model", "--preset", "seed-002"],
+    "flashbench model --preset list": ["model", "--preset", "list"],
+    "flashbench model --preset gradient-flow": ["model", "--preset", "gradient-flow"],
     "flashbench fit --budget 16GiB --heads 32 --head-dim 128 --dtype fp16":
         ["fit", "--budget", "16GiB", "--heads", "32", "--head-dim", "128", "--dtype", "fp16"],
     "flashbench model --backend cuda --cp 8 --causal --seq 1048576 --heads 32 --head-dim 128 --dtype bf16":

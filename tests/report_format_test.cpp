@@ -1,7 +1,9 @@
 // Reporter output pinned against expected text, built from rows with known numbers
 // (tests/report_rows.hpp); units; the JSON contract's keys; atomic writes.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <fcntl.h>
@@ -27,9 +29,10 @@ nlohmann::ordered_json fixed_meta() {
   return meta;
 }
 
-std::string render(std::string_view format, const std::vector<Row>& rows, bool terminal = false) {
+// width 0: every column (run --wide); otherwise the table keeps to that many columns.
+std::string render(std::string_view format, const std::vector<Row>& rows, bool terminal = false, int width = 0) {
   std::ostringstream out;
-  auto reporter = make_reporter(format, out, terminal);
+  auto reporter = make_reporter(format, out, terminal, width);
   reporter->begin(fixed_meta());
   for (const Row& row : rows) reporter->add(row);
   reporter->finish();
@@ -73,8 +76,81 @@ TEST(ReportTable, PinnedTextWhenPiped) {
       "v1                -        -        -             -             -         -        -           -           -         -         -             -  oom: needs 2.00 GiB, limit 1.00 GiB\n"
       "v2          1.00 ms  3.00 ms    3.00x  16.8 GFLOP/s  14.0 GFLOP/s  64.5 KiB  293 KiB     283 KiB       +3.4%     0.67x     0.30x       1.2e-06  ok\n"
       "checkpoint  2.00 ms  8.00 ms    4.00x  8.39 GFLOP/s  5.24 GFLOP/s       0 B  244 KiB           -           -     1.67x     0.25x  FAIL 5.0e-01  ok !\n"
-      "  warning: checkpoint: check against float64 failed: max relative error 0.5 > tolerance 0.0001\n";
+      "  warning: checkpoint: check against float64 failed: max relative error 0.5 > tolerance 0.0001\n"
+      "\n"
+      "legend: - no value; ok ! ok, with the warnings listed under its block; FAIL error above the tolerance (the "
+      "run exits 1); oom: an allocation failed\n";
   EXPECT_EQ(render("table", four_variant_rows()), expected);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The default table keeps to the width: the least needed columns give way (the legend names them),
+// the oom row's reason moves under the block, free text wraps; --wide (width 0) shows them all.
+TEST(ReportTable, KeepsToTheWidthAndWideShowsEveryColumn) {
+  std::vector<Row> rows = four_variant_rows();
+  rows[0].bwd = summarize({1.2, 2.8, 2.0, 1.3, 2.7, 2.0, 1.4}, 0.02);  // a noise warning to wrap
+  std::vector<Row> longer = four_variant_rows();  // a second N: the sweep's summary table follows
+  for (Row& row : longer) row.problem.seq = 512;
+  rows.insert(rows.end(), longer.begin(), longer.end());
+  for (int width : {80, 60}) {
+    const std::string text = render("table", rows, true, width);
+    for (const std::string& line : lines_of(text)) {
+      std::string visible;  // without the colour codes
+      for (size_t i = 0; i < line.size(); ++i) {
+        if (line[i] == '\033') i = line.find('m', i);
+        else visible += line[i];
+      }
+      EXPECT_LE(visible.size(), size_t(width)) << "'" << visible << "'\n" << text;
+    }
+    EXPECT_NE(text.find("\n  v1: oom: needs 2.00 GiB, limit 1.00 GiB\n"), std::string::npos) << text;
+    std::string unwrapped;  // a wrapped line joined to the one before it again
+    for (const std::string& line : lines_of(text)) {
+      const bool continued = line.rfind("  ", 0) == 0;
+      unwrapped += continued ? ' ' : '\n';
+      unwrapped.append(line, continued ? 2 : 0);
+    }
+    EXPECT_NE(unwrapped.find("--wide adds the columns bwd/fwd, peak-model"), std::string::npos) << text;
+    for (const char* kept : {"variant", "fwd", "bwd", "peak", "check", "status"})
+      EXPECT_NE(lines_of(text)[3].find(kept), std::string::npos) << kept << "\n" << text;
+  }
+  const std::string at80 = render("table", rows, false, 80);
+  EXPECT_EQ(lines_of(at80)[3].find("fwd rate"), std::string::npos) << at80;
+  const std::string wide = render("table", rows, false, 0);
+  for (const char* column : {"bwd/fwd", "fwd rate", "bwd rate", "kept", "model peak", "peak-model", "time/std",
+                             "peak/std"})
+    EXPECT_NE(lines_of(wide)[3].find(column), std::string::npos) << column << "\n" << wide;
+  EXPECT_EQ(wide.find("--wide adds"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("seed 002 rule"), std::string::npos) << "the summary's every column: " << wide;
+  EXPECT_NE(at80.find("Scaling with N"), std::string::npos) << at80;
+  EXPECT_EQ(at80.find("seed 002 rule"), std::string::npos) << at80;
+  EXPECT_GT(lines_of(wide)[3].size(), 100u) << "the rows here need more than the narrow width";
+}
+
+// The legend explains the marks and warnings printed, and only those.
+TEST(ReportTable, LegendNamesOnlyTheMarksThatAppear) {
+  const std::vector<Row> all = four_variant_rows();
+  const std::vector<Row> clean = {all[0], all[2]};  // standard and v2: checked, modelled, no warnings
+  const std::string quiet = render("table", clean, false, 0);
+  EXPECT_EQ(quiet.find("legend:"), std::string::npos) << quiet;
+  const std::string fastest = render("table", clean, true, 0);
+  EXPECT_NE(fastest.find("legend: * fastest fwd+bwd\n"), std::string::npos) << fastest;
+
+  std::vector<Row> noisy = clean;
+  noisy[1].fwd = summarize({0.6, 1.4, 1.0, 0.65, 1.35, 1.0, 0.7}, 0.02);
+  const std::string text = render("table", noisy, false, 0);
+  const std::string legend = text.substr(text.find("legend: "));
+  EXPECT_NE(legend.find("ok ! ok, with the warnings"), std::string::npos) << legend;
+  EXPECT_NE(legend.find("noise: "), std::string::npos) << legend;
+  EXPECT_NE(legend.find("--max-time"), std::string::npos) << "says what to do: " << legend;
+  EXPECT_NE(legend.find("--rounds"), std::string::npos) << legend;
+  for (const char* absent : {"FAIL", "oom", "- no value", "skipped", "not checked", "* fastest"})
+    EXPECT_EQ(legend.find(absent), std::string::npos) << absent << " is not in the table: " << text;
 }
 
 TEST(ReportTable, MarksTheFastestVariantOnlyOnATerminal) {
@@ -155,6 +231,37 @@ TEST(ReportCsv, HeaderAndRawNumbers) {
   };
   EXPECT_EQ(fields(standard), fields(header));
   EXPECT_EQ(fields(v1), fields(header));
+}
+
+// A spreadsheet or pandas keys columns by name: two columns of one name (once `kept_bytes` for the
+// kept bytes at the end of forward and for the kept tag at the peak) lose one of them.
+TEST(ReportCsv, HeaderNamesAreUniqueAndEachKeptColumnHoldsItsOwnNumber) {
+  std::vector<Row> rows = four_variant_rows();
+  rows[0].measured.kept_bytes = 111;
+  rows[0].measured.by_tag[Tag::kept] = 222;
+  std::istringstream lines(render("csv", rows));
+  std::string header, standard;
+  std::getline(lines, header);
+  std::getline(lines, standard);
+  const auto split = [](const std::string& line) {  // no quoted commas in these rows
+    std::vector<std::string> cells(1);
+    for (char c : line) {
+      if (c == ',') cells.emplace_back();
+      else cells.back() += c;
+    }
+    return cells;
+  };
+  const std::vector<std::string> names = split(header);
+  std::set<std::string> seen;
+  for (const std::string& name : names) EXPECT_TRUE(seen.insert(name).second) << "column '" << name << "' repeats";
+  const std::vector<std::string> cells = split(standard);
+  ASSERT_EQ(cells.size(), names.size());
+  const auto cell = [&](const std::string& name) {
+    const auto at = std::find(names.begin(), names.end(), name);
+    return at == names.end() ? std::string("(no column)") : cells[size_t(at - names.begin())];
+  };
+  EXPECT_EQ(cell("kept_bytes"), "111");
+  EXPECT_EQ(cell("at_peak_kept_bytes"), "222");
 }
 
 TEST(ReportJson, DocumentCarriesSchemaMetaAndTheContractKeys) {

@@ -95,7 +95,9 @@ struct Comparison {
   // Every difference of the runs and the pairs, each once.
   std::vector<Difference> differences() const;
   std::vector<GeometricMean> geometric_means() const;  // in order of first appearance
-  std::string table() const;     // aligned columns, then the geometric means and the legend
+  // Aligned columns, then the geometric means and the legend; within `width` columns (0: every
+  // column) the p-values and the medians give way first, and the lines of prose wrap.
+  std::string table(size_t width = 0) const;
   std::string markdown() const;  // the same as a Markdown table, for a pull request
   nlohmann::ordered_json to_json() const;
 };

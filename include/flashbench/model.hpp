@@ -187,15 +187,23 @@ struct PresetRow {
 };
 
 struct Preset {
-  std::string name;         // "seed-002"
+  std::string name;         // "gradient-flow": from the article's title
+  std::string alias;        // "seed-002": the name it had first, still accepted
+  std::string title;        // the article's title (in English, docs/articles.md)
   std::string source;       // the document and the call or passage it reproduces
   Problem problem;          // the configuration the head-aware and flashbench columns use
   std::string assumptions;  // axes the document does not state, and what was assumed
   std::vector<PresetRow> rows;
 };
 
-std::vector<std::string> preset_names();
-// Throws UsageError on an unknown name. The flashbench column is `model`'s (the CPU's, as `model` runs).
+struct PresetName {
+  std::string name;   // "gradient-flow"
+  std::string alias;  // "seed-002"
+  std::string title;  // "How gradients flow back through FlashAttention in training"
+};
+// Every preset, in the order `model --preset list` prints them.
+std::vector<PresetName> preset_catalogue();
+// `name` is a preset's name or its alias. Throws UsageError on an unknown one, naming the nearest. The flashbench column is `model`'s (the CPU's, as `model` runs).
 Preset make_preset(const std::string& name, const ModelSource& model);
 
 }  // namespace flashbench

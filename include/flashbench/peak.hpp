@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace flashbench {
@@ -36,5 +37,8 @@ struct PeakReport {
 // The sgemm ceiling "% of peak" is read against: the faster of flashbench's gemm and OpenBLAS's
 // sgemm (medians), so neither GEMM flatters the percentages. [GFLOP/s]
 double sgemm_ceiling(const PeakReport& peak);
+// Whose sgemm that ceiling is: "openblas", or "flashbench" (its own gemm: the faster one, or the only
+// one in a build without OpenBLAS, where a kernel that beats our gemm reads above 100 %).
+std::string_view sgemm_ceiling_from(const PeakReport& peak);
 
 }  // namespace flashbench

@@ -83,8 +83,15 @@ class Reporter {
 // `terminal`), "json" (one document, written at finish), "jsonl" (meta line, then one row per add,
 // flushed at once), "csv", "md". Throws UsageError on another name. When some variant ran at two
 // N or more, table and md end with the sweep summary (summary.hpp), json gets a "summary" key and
-// jsonl a last {"summary": ...} line.
-std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& out, bool terminal);
+// jsonl a last {"summary": ...} line. `table_width` [columns] keeps each table block within it
+// (table_width_for says which); 0 prints every column (run --wide).
+std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& out, bool terminal,
+                                        int table_width = 0);
+
+// The width the table keeps to, decided once for every command that prints one: 0 (no limit) when
+// `wide`; else the terminal's width when stdout is one; else COLUMNS when it is set to a positive
+// number; else 100 (a file or a pipe, read in an editor or a CI log).
+int table_width_for(bool wide, bool stdout_is_terminal);
 inline constexpr std::string_view kReportFormats = "table, json, jsonl, csv, md";
 
 // Writes `contents` to a temporary file next to `path`, then renames it over `path`, so a reader

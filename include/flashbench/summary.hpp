@@ -72,7 +72,9 @@ struct SweepSummary {
 
   // True when some series has at least two N (otherwise there is nothing to fit).
   bool has_scaling() const;
-  std::string table() const;  // aligned text for people
+  // Aligned text for people, within `width` columns (0: every column): the least needed columns
+  // give way first and the lines of prose wrap.
+  std::string table(size_t width = 0) const;
   nlohmann::ordered_json to_json() const;
 };
 

@@ -1,4 +1,6 @@
 // flashbench compare: two result files row by row, or the variants of one file against `standard`.
+#include <unistd.h>
+
 #include <iostream>
 
 #include <fmt/format.h>
@@ -19,6 +21,7 @@ struct CompareFlags {
   bool fail_on_regression = false;
   bool allow_mismatch = false;
   std::string format = "table";
+  bool wide = false;  // --wide: every column of the table
 };
 
 // A regression that --fail-on-regression reports: apart from a failure (1) and a usage error (2).
@@ -54,7 +57,7 @@ int run_compare(const CompareFlags& flags) {
   }
   if (flags.format == "json") std::cout << comparison.to_json().dump(2) << "\n";
   else if (flags.format == "md") std::cout << comparison.markdown();
-  else std::cout << comparison.table();
+  else std::cout << comparison.table(size_t(table_width_for(flags.wide, isatty(STDOUT_FILENO))));
   std::cout.flush();
   return flags.fail_on_regression && comparison.any_slower() ? kExitRegression : 0;
 }
@@ -85,6 +88,8 @@ void register_compare(CLI::App& app) {
   sub->add_flag("--allow-mismatch", flags->allow_mismatch,
                 "Compare runs made on different hosts, devices, thread counts, dtypes or builds (the differences are listed)");
   sub->add_option("--format,-f", flags->format, "table, json or md (Markdown, for a pull request)")->capture_default_str();
+  sub->add_flag("--wide", flags->wide,
+                "Every column of the table; without it the table keeps to the terminal's width (else COLUMNS, else 100)");
   set_action(sub, [flags](const std::vector<std::string>&) { return run_compare(*flags); });
 }
 

@@ -111,6 +111,14 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
     if (!peak["openblas_sgemm_gflops"].is_null())
       fmt::print("OpenBLAS     {:.0f} GFLOP/s sgemm, same product (kernel {})\n",
                  peak["openblas_sgemm_gflops"].get<double>(), peak["openblas_core"].get<std::string>());
+    const double ceiling = peak["sgemm_ceiling_gflops"].get<double>();
+    if (peak["openblas_sgemm_gflops"].is_null())
+      fmt::print("ceiling      {:.0f} GFLOP/s sgemm: flashbench's own gemm, as this build has no OpenBLAS (install "
+                 "libopenblas-dev and rebuild for an independent one); rates above it read over 100 %\n",
+                 ceiling);
+    else
+      fmt::print("ceiling      {:.0f} GFLOP/s sgemm: {}, the faster of the two (run --peak reads rates against it)\n",
+                 ceiling, peak["sgemm_ceiling_from"].get<std::string>() == "openblas" ? "OpenBLAS's" : "flashbench's gemm");
     fmt::print("attention products, 1 thread [GFLOP/s]: flashbench gemm vs OpenBLAS\n");
     for (const auto& p : peak["products"]) {
       const bool blas = !p["openblas_gflops_1thread"].is_null();

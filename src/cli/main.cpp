@@ -2,15 +2,57 @@
 // Each subcommand lives in its own file and registers itself here.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "flashbench/config.hpp"
 #include "flashbench/errors.hpp"
+#include "flashbench/nearest.hpp"
+
+namespace {
+
+// The flags `command` takes, spelled as on a command line ("--seq", "-h").
+std::vector<std::string> flag_names(const CLI::App& command) {
+  std::vector<std::string> names;
+  for (const CLI::Option* option : command.get_options()) {
+    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+    for (const std::string& name : option->get_snames()) names.push_back("-" + name);
+  }
+  return names;
+}
+
+// The first word of argv[first..] that is written as a flag ("--seqq", "--seqq=4096", "-x"; not a
+// negative number) and that `command` does not take; words after "--" are values.
+std::optional<std::string> unknown_flag(const CLI::App& command, int first, int argc, char** argv) {
+  const std::vector<std::string> known = flag_names(command);
+  for (int i = first; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") break;
+    const size_t dashes = word.rfind("--", 0) == 0 ? 2 : 1;
+    if (word.size() <= dashes || word[0] != '-' || !std::isalpha(static_cast<unsigned char>(word[dashes]))) continue;
+    const std::string name = word.substr(0, word.find('='));
+    if (std::find(known.begin(), known.end(), name) == known.end()) return name;
+  }
+  return std::nullopt;
+}
+
+// "unknown option --seqq; did you mean --seq?", or where nothing is near, where the flags are listed.
+std::string unknown_flag_message(const std::string& flag, const CLI::App& command, const std::string& command_line) {
+  if (const std::optional<std::string> near = flashbench::nearest_name(flag, flag_names(command)))
+    return fmt::format("unknown option {}; did you mean {}?", flag, *near);
+  return fmt::format("unknown option {} ({} --help lists the options)", flag, command_line);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace flashbench;
@@ -28,16 +70,26 @@ int main(int argc, char** argv) {
   cli::register_completion(app);
   try {
     // CLI11 would only say "A subcommand is required"; name the word it did not know.
-    std::string known;
-    bool is_known = false;
-    for (const CLI::App* sub : app.get_subcommands({})) {
-      known += (known.empty() ? "" : ", ") + sub->get_name();
-      is_known |= argc > 1 && sub->get_name() == argv[1];
-    }
+    std::vector<std::string> commands;
+    for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
+    const bool is_known = argc > 1 && std::find(commands.begin(), commands.end(), argv[1]) != commands.end();
     if (argc > 1 && argv[1][0] != '-' && !is_known) {
-      throw UsageError(fmt::format("unknown command '{}' (expected one of: {})", argv[1], known));
+      if (const std::optional<std::string> near = nearest_name(argv[1], commands))
+        throw UsageError(fmt::format("unknown command '{}'; did you mean {}?", argv[1], *near));
+      throw UsageError(fmt::format("unknown command '{}' (expected one of: {})", argv[1], fmt::join(commands, ", ")));
     }
-    app.parse(argc, argv);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      // CLI11 says "The following arguments were not expected: 4096 --seqq"; name the flag it did not
+      // know and the one that was probably meant.
+      if (e.get_exit_code() == 0) throw;  // --help, --version
+      const CLI::App& command = is_known ? *app.get_subcommand(argv[1]) : app;
+      const std::string command_line = is_known ? fmt::format("flashbench {}", argv[1]) : "flashbench";
+      if (const std::optional<std::string> flag = unknown_flag(command, is_known ? 2 : 1, argc, argv))
+        throw UsageError(unknown_flag_message(*flag, command, command_line));
+      throw;
+    }
     return cli::run_selected(app, argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

@@ -248,7 +248,36 @@ ordered_json optional_json(const std::optional<double>& value) {
   return value ? ordered_json(*value) : ordered_json(nullptr);
 }
 
+// `--preset list`: each preset's name, the name it had first, and its article's title.
+int list_presets(const std::string& format) {
+  if (format == "json") {
+    ordered_json presets = ordered_json::array();
+    for (const PresetName& preset : preset_catalogue())
+      presets.push_back({{"name", preset.name}, {"alias", preset.alias}, {"title", preset.title}});
+    std::cout << presets.dump(2) << '\n';
+    return 0;
+  }
+  const std::vector<PresetName> presets = preset_catalogue();
+  size_t name_width = std::string_view("preset").size(), alias_width = std::string_view("also").size();
+  for (const PresetName& preset : presets) {
+    name_width = std::max(name_width, preset.name.size());
+    alias_width = std::max(alias_width, preset.alias.size());
+  }
+  std::cout << fmt::format("{:<{}}  {:<{}}  {}\n", "preset", name_width, "also", alias_width, "article");
+  for (const PresetName& preset : presets)
+    std::cout << fmt::format("{:<{}}  {:<{}}  {}\n", preset.name, name_width, preset.alias, alias_width, preset.title);
+  return 0;
+}
+
+std::string preset_help() {
+  std::string help = "An article's figures (docs/articles.md), by name or its old name; list prints them:";
+  for (const PresetName& preset : preset_catalogue())
+    help += fmt::format("\n  {} ({}): {}", preset.name, preset.alias, preset.title);
+  return help;
+}
+
 int print_preset(const ModelOptions& options) {
+  if (options.preset == "list") return list_presets(options.format);
   const ModelSource model = model_source(registry().device(options.backend), DeviceOptions{.threads = options.threads});
   const Preset preset = make_preset(options.preset, model);
   if (options.format == "json") {
@@ -266,14 +295,15 @@ int print_preset(const ModelOptions& options) {
                       {"mismatch", row.mismatch},
                       {"explanation", row.explanation}});
     ordered_json document{{"schema_version", kSchemaVersion}, {"command", "model"},
-                          {"preset", preset.name},          {"source", preset.source},
+                          {"preset", preset.name},          {"alias", preset.alias},
+                          {"title", preset.title},          {"source", preset.source},
                           {"assumptions", preset.assumptions}, {"problem", problem_to_json(preset.problem)},
                           {"threads", model.threads}, {"rows", rows}};
     std::cout << document.dump(2) << '\n';
     return 0;
   }
-  std::cout << fmt::format("preset {}: {}\nconfiguration: {}; {}\n", preset.name, preset.source,
-                           preset.problem.describe(), preset.assumptions);
+  std::cout << fmt::format("preset {} ({}): \"{}\"\nsource: {}\nconfiguration: {}; {}\n", preset.name, preset.alias,
+                           preset.title, preset.source, preset.problem.describe(), preset.assumptions);
   std::cout << "published and formula: the document's scope and units; head-aware and flashbench: all heads and\n"
                "batch counted, in KiB/MiB/GiB/TiB (powers of 1024)\n\n";
   std::vector<std::vector<std::string>> lines = {
@@ -327,7 +357,7 @@ void register_model(CLI::App& app) {
                   "Context parallelism: N split over this many devices (ring attention; causal: zig-zag); the "
                   "model is one device's, with the bytes each sends per layer")
       ->capture_default_str();
-  sub->add_option("--preset", options->preset, "A document's figures: seed-002, seed-000, seed-003 or korthikanti");
+  sub->add_option("--preset", options->preset, preset_help());
   sub->add_option("--format", options->format, "table or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "json"}));

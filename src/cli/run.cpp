@@ -46,6 +46,7 @@ struct RunFlags {
   std::optional<std::string> config;
   SweepOverrides sweep;
   std::string format = "table";
+  bool wide = false;                     // --wide: every column of the table, whatever the width
   std::optional<std::string> out;
   std::optional<std::string> mem_limit;
   uint64_t seed = RunOptions{}.seed;
@@ -381,8 +382,8 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   // From here a signal stops the sweep in order: the rows kept and finished are written.
   const StopOnSignal stop;
   Destination destination(flags.out, flags.format, earlier.has_value());
-  std::unique_ptr<Reporter> reporter =
-      exports.beside(make_reporter(flags.format, destination.stream(), destination.terminal()));
+  std::unique_ptr<Reporter> reporter = exports.beside(make_reporter(
+      flags.format, destination.stream(), destination.terminal(), table_width_for(flags.wide, destination.terminal())));
   reporter->begin(meta);
   bool any_failed = false;
   if (earlier) {
@@ -543,6 +544,9 @@ void register_run(CLI::App& app) {
   sub->add_option("--format,-f", flags->format, std::string("Output format: ") + std::string(kReportFormats))
       ->capture_default_str();
   optional_string("--out,-o", flags->out, "Write the report to this file (atomically)");
+  sub->add_flag("--wide", flags->wide,
+                "Every column of the table; without it the table keeps to the terminal's width (else COLUMNS, "
+                "else 100) and leaves out the columns the legend names");
   optional_string("--mem-limit", flags->mem_limit,
                   "Memory budget, e.g. 8GiB (default: what the device has free: MemAvailable, the GPU's free memory)");
   sub->add_option("--seed", flags->seed, "Seed of the random inputs")->check(CLI::NonNegativeNumber)->capture_default_str();

@@ -6,6 +6,7 @@
 
 #include "flashbench/errors.hpp"
 #include "flashbench/model.hpp"
+#include "flashbench/nearest.hpp"
 
 namespace flashbench {
 
@@ -84,7 +85,6 @@ VariantModels model_all(const Problem& problem, const ModelSource& model) {
 // formulas count one head (fp16, "MB" = 2^20 bytes, "GB" = 2^30 bytes) although num_heads is passed.
 Preset seed_002(const ModelSource& model) {
   Preset preset;
-  preset.name = "seed-002";
   preset.source = "seed-002: analyze_backward_memory(seq_len=4096, head_dim=128, num_heads=32, num_layers=32), "
                   "fp16; the function divides by 1024**2 and 1024, so its MB is 2^20 B and its GB 2^30 B";
   preset.problem = Problem{.batch = 1, .heads = 32, .seq = 4096, .head_dim = 128, .layers = 32,
@@ -162,7 +162,6 @@ Preset seed_002(const ModelSource& model) {
 // seed-000 (docs/articles.md): N = 32768, fp16, 32 heads; P of one head, of one layer; m and l as two fp32 vectors.
 Preset seed_000(const ModelSource& model) {
   Preset preset;
-  preset.name = "seed-000";
   preset.source = "seed-000: section 1 (P at N = 32768 in FP16, one head and a 32-head layer) and "
                   "section 2 (m and l, two fp32 scalars per row); its GB is 10^9 B, its KB 2^10 B";
   preset.problem = Problem{.batch = 1, .heads = 32, .seq = 32768, .head_dim = 128, .layers = 1,
@@ -202,7 +201,6 @@ Preset seed_000(const ModelSource& model) {
 // seed-003 (docs/articles.md): N = 128K, fp16: "one P per batch ≈ 32 GB" in its Step 4.
 Preset seed_003(const ModelSource& model) {
   Preset preset;
-  preset.name = "seed-003";
   preset.source = "seed-003: Step 4, one P of 128K x 128K in FP16 'per batch' (its derivation is single-head)";
   preset.problem = Problem{.batch = 1, .heads = 32, .seq = 131072, .head_dim = 128, .layers = 1,
                            .causal = false, .dtype = Dtype::fp16};
@@ -235,7 +233,6 @@ Preset seed_003(const ModelSource& model) {
 // (Table 3) follow at their own a and h.
 Preset korthikanti(const ModelSource& model) {
   Preset preset;
-  preset.name = "korthikanti";
   preset.source = "Korthikanti et al. 2022, \"Reducing Activation Recomputation in Large Transformer Models\": "
                   "per-layer activations s*b*h*(34 + 5*a*s/h), GPT-3 175B (a = 96, h = 12288, s = 2048), 16-bit; then "
                   "its 22B, 530B and 1T models";
@@ -307,14 +304,52 @@ Preset korthikanti(const ModelSource& model) {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"seed-002", "seed-000", "seed-003", "korthikanti"}; }
+namespace {
+
+// Named by each article's title (docs/articles.md); the alias is the name it had here first.
+struct PresetEntry {
+  PresetName name;
+  Preset (*make)(const ModelSource& model);
+};
+const std::vector<PresetEntry>& preset_entries() {
+  static const std::vector<PresetEntry> entries = {
+      {{"flashattention-backward", "seed-000",
+        "FlashAttention's backward pass, recomputing softmax on chip, and what it saves"},
+       seed_000},
+      {{"gradient-flow", "seed-002", "How gradients flow back through FlashAttention in training"}, seed_002},
+      {{"backward-math", "seed-003", "The mathematics of the attention backward, with a custom autograd function"},
+       seed_003},
+      {{"activation-recomputation", "korthikanti",
+        "Reducing Activation Recomputation in Large Transformer Models (Korthikanti et al. 2022)"},
+       korthikanti},
+  };
+  return entries;
+}
+
+}  // namespace
+
+std::vector<PresetName> preset_catalogue() {
+  std::vector<PresetName> names;
+  for (const PresetEntry& entry : preset_entries()) names.push_back(entry.name);
+  return names;
+}
 
 Preset make_preset(const std::string& name, const ModelSource& model) {
-  if (name == "seed-002") return seed_002(model);
-  if (name == "seed-000") return seed_000(model);
-  if (name == "seed-003") return seed_003(model);
-  if (name == "korthikanti") return korthikanti(model);
-  throw UsageError(fmt::format("unknown preset '{}' (expected seed-002, seed-000, seed-003 or korthikanti)", name));
+  std::vector<std::string> known;
+  for (const PresetEntry& entry : preset_entries()) {
+    if (name == entry.name.name || name == entry.name.alias) {
+      Preset preset = entry.make(model);
+      preset.name = entry.name.name;
+      preset.alias = entry.name.alias;
+      preset.title = entry.name.title;
+      return preset;
+    }
+    known.push_back(entry.name.name);
+    known.push_back(entry.name.alias);
+  }
+  if (const std::optional<std::string> near = nearest_name(name, known))
+    throw UsageError(fmt::format("unknown preset '{}'; did you mean {}? (--preset list names them)", name, *near));
+  throw UsageError(fmt::format("unknown preset '{}' (--preset list names them)", name));
 }
 
 }  // namespace flashbench

@@ -4,6 +4,7 @@
 #include "flashbench/compare.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include "flashbench/errors.hpp"
 #include "flashbench/json_integer.hpp"
 #include "flashbench/statistics.hpp"
+#include "reporters.hpp"
 
 namespace flashbench {
 
@@ -153,8 +155,8 @@ std::string load_text(const HostLoad& load) {
 
 // The cells of the comparison table: a header, then a line per pair.
 std::vector<std::vector<std::string>> table_cells(const Comparison& comparison) {
-  std::vector<std::vector<std::string>> lines = {{"backend", "variant", "problem", "fwd A", "fwd B", "B/A", "p",
-                                                  "bwd A", "bwd B", "B/A", "p", "peak B/A", "verdict"}};
+  std::vector<std::vector<std::string>> lines = {{"backend", "variant", "problem", "fwd A", "fwd B", "fwd B/A", "p",
+                                                  "bwd A", "bwd B", "bwd B/A", "p", "peak B/A", "verdict"}};
   for (const RowComparison& pair : comparison.pairs) {
     std::vector<std::string> line = {pair.b.backend, pair.b.implementation(), pair.b.problem.describe()};
     if (pair.timed) {
@@ -388,23 +390,39 @@ std::vector<GeometricMean> Comparison::geometric_means() const {
   return means;
 }
 
-std::string Comparison::table() const {
+std::string Comparison::table(size_t width) const {
   const std::vector<std::vector<std::string>> lines = table_cells(*this);
   std::vector<size_t> widths(kRightAligned.size(), 0);
   for (const auto& line : lines)
     for (size_t c = 0; c < line.size(); ++c) widths[c] = std::max(widths[c], line[c].size());
-  std::string text = fmt::format("A = {}, B = {}\n", a_name, b_name);
+  // Within a width, columns give way in this order: the p-values, A's medians, B's medians, the
+  // backend, the peak ratio; the ratios and the verdict stay.
+  constexpr std::array<size_t, 8> kDropOrder = {6, 10, 3, 7, 4, 8, 0, 11};
+  std::vector<bool> keep(widths.size(), true);
+  const auto total = [&] {
+    size_t sum = 0;
+    for (size_t c = 0; c < widths.size(); ++c)
+      if (keep[c]) sum += widths[c] + (sum > 0 ? 2 : 0);
+    return sum;
+  };
+  for (size_t c : kDropOrder)
+    if (width > 0 && total() > width) keep[c] = false;
+  std::string text = report_detail::wrap_text(fmt::format("A = {}, B = {}", a_name, b_name), width, 2) + "\n";
   for (const auto& line : lines) {
     std::string out;
     for (size_t c = 0; c < line.size(); ++c) {
-      if (c > 0) out += "  ";
+      if (!keep[c]) continue;
+      if (!out.empty()) out += "  ";
       if (kRightAligned[c]) out += fmt::format("{:>{}}", line[c], widths[c]);
       else if (c + 1 == line.size()) out += line[c];
       else out += fmt::format("{:<{}}", line[c], widths[c]);
     }
     text += out + "\n";
   }
-  for (const std::string& note : notes(*this)) text += note + "\n";
+  for (const std::string& note : notes(*this)) text += report_detail::wrap_text(note, width, 2) + "\n";
+  if (std::find(keep.begin(), keep.end(), false) != keep.end())
+    text += report_detail::wrap_text("(--wide adds the medians of A and B, the p-values and the other columns)", width, 2) +
+            "\n";
   return text;
 }
 

@@ -17,6 +17,8 @@ ordered_json number_or_null(const std::optional<double>& value) { return value ?
 
 ordered_json peak_to_json(const PeakReport& peak) {
   ordered_json j;
+  j["sgemm_ceiling_gflops"] = sgemm_ceiling(peak);
+  j["sgemm_ceiling_from"] = sgemm_ceiling_from(peak);
   j["threads"] = peak.threads;
   j["simd"] = peak.simd;
   j["fma_gflops"] = peak.fma_gflops;
@@ -71,5 +73,9 @@ std::optional<PeakReport> peak_from_json(const nlohmann::json& j) {
 }
 
 double sgemm_ceiling(const PeakReport& peak) { return std::max(peak.sgemm_gflops, peak.openblas_gflops.value_or(0.0)); }
+
+std::string_view sgemm_ceiling_from(const PeakReport& peak) {
+  return peak.openblas_gflops.value_or(0.0) > peak.sgemm_gflops ? "openblas" : "flashbench";
+}
 
 }  // namespace flashbench

@@ -1,6 +1,7 @@
 // The reporter factory, human units, atomic file writes, and the per-problem grouping and cells that
 // the table and markdown reporters share.
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <ostream>
@@ -24,14 +26,26 @@ Reporter::~Reporter() = default;
 void Reporter::mark_incomplete(const nlohmann::ordered_json&) {}
 void Reporter::set_meta_at_end(const std::string&, const nlohmann::ordered_json&) {}
 
-std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& out, bool terminal) {
+std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& out, bool terminal, int table_width) {
   using namespace report_detail;
-  if (format == "table") return make_table_reporter(out, terminal);
+  if (format == "table") return make_table_reporter(out, terminal, table_width);
   if (format == "json") return make_json_reporter(out);
   if (format == "jsonl") return make_jsonl_reporter(out);
   if (format == "csv") return make_csv_reporter(out);
   if (format == "md") return make_markdown_reporter(out);
   throw UsageError(fmt::format("unknown --format '{}' (expected {})", format, kReportFormats));
+}
+
+int table_width_for(bool wide, bool stdout_is_terminal) {
+  if (wide) return 0;
+  winsize size{};
+  if (stdout_is_terminal && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  if (const char* columns = std::getenv("COLUMNS")) {
+    char* end = nullptr;
+    const long value = std::strtol(columns, &end, 10);
+    if (end != columns && *end == '\0' && value > 0 && value < 100000) return int(value);
+  }
+  return 100;
 }
 
 namespace {
@@ -130,6 +144,27 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 }
 
 namespace report_detail {
+
+std::string wrap_text(const std::string& text, size_t width, size_t indent) {
+  if (width == 0 || text.size() <= width) return text;
+  std::string out;
+  size_t start = std::min(text.find_first_not_of(' '), text.size());
+  std::string line = text.substr(0, start);  // the first line's own indent
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (line.find_first_not_of(' ') != std::string::npos && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line = std::string(indent, ' ');
+    } else if (line.find_first_not_of(' ') != std::string::npos) {
+      line += ' ';
+    }
+    line += word;
+    start = end + 1;
+  }
+  return out + line;
+}
 
 namespace {
 

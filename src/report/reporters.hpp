@@ -10,11 +10,15 @@
 
 namespace flashbench::report_detail {
 
-std::unique_ptr<Reporter> make_table_reporter(std::ostream& out, bool terminal);
+std::unique_ptr<Reporter> make_table_reporter(std::ostream& out, bool terminal, int width);
 std::unique_ptr<Reporter> make_markdown_reporter(std::ostream& out);
 std::unique_ptr<Reporter> make_json_reporter(std::ostream& out);
 std::unique_ptr<Reporter> make_jsonl_reporter(std::ostream& out);
 std::unique_ptr<Reporter> make_csv_reporter(std::ostream& out);
+
+// `text` broken at spaces into lines of at most `width` columns (0: no limit), each line after the
+// first indented by `indent`; a word longer than the width stays whole. No trailing newline.
+std::string wrap_text(const std::string& text, size_t width, size_t indent);
 
 // The rows of one backend on one problem, in human units, with speed and memory relative to the
 // group's `standard` row. Rows of one problem arrive consecutively, so reporters buffer a group.

@@ -3,6 +3,7 @@
 #include "flashbench/summary.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <iterator>
 #include <map>
@@ -10,6 +11,8 @@
 #include <tuple>
 
 #include <fmt/format.h>
+
+#include "reporters.hpp"
 
 namespace flashbench {
 
@@ -278,8 +281,10 @@ bool SweepSummary::has_scaling() const {
   return std::any_of(series.begin(), series.end(), [](const ScalingSeries& s) { return s.seq.size() >= 2; });
 }
 
-std::string SweepSummary::table() const {
-  std::string text = "Scaling with N: exponent k of a least-squares fit of log(y) = k log(N) + c\n";
+std::string SweepSummary::table(size_t width) const {
+  std::string text = report_detail::wrap_text(
+                         "Scaling with N: exponent k of a least-squares fit of log(y) = k log(N) + c", width, 2) +
+                     "\n";
   std::vector<std::vector<std::string>> lines = {
       {"backend", "variant", "shape", "N", "time k", "large N", "fwd k", "bwd k", "peak k", "large N", "model k",
        "bwd/fwd", "seed 002 rule (1.5-2x normal)"}};
@@ -289,10 +294,40 @@ std::string SweepSummary::table() const {
                      exponent_text(s.peak), exponent_text(s.peak_large_n), exponent_text(s.model_peak),
                      fmt::format("{:.2f}x", s.bwd_over_fwd_median), rule_text(s)});
   }
-  text += aligned(lines, {false, false, false, true, true, true, true, true, true, true, true, true, false});
-  text += "large N: the same fit over the larger half of the N; bwd/fwd: the median over N\n";
+  std::vector<bool> right_aligned = {false, false, false, true, true, true, true, true, true, true, true, true, false};
+  // Within a width, columns give way in this order (the two "large N" first, the rule last).
+  constexpr std::array<size_t, 9> kDropOrder = {9, 5, 10, 6, 7, 0, 12, 11, 8};
+  std::vector<bool> keep(right_aligned.size(), true);
+  const auto total = [&] {
+    size_t sum = 0;
+    for (size_t c = 0; c < keep.size(); ++c) {
+      if (!keep[c]) continue;
+      size_t column = 0;
+      for (const auto& line : lines) column = std::max(column, line[c].size());
+      sum += column + (sum > 0 ? 2 : 0);
+    }
+    return sum;
+  };
+  for (size_t c : kDropOrder)
+    if (width > 0 && total() > width) keep[c] = false;
+  for (auto& line : lines) {
+    std::vector<std::string> shown;
+    for (size_t c = 0; c < keep.size(); ++c)
+      if (keep[c]) shown.push_back(std::move(line[c]));
+    line = std::move(shown);
+  }
+  std::vector<bool> shown_alignment;
+  for (size_t c = 0; c < keep.size(); ++c)
+    if (keep[c]) shown_alignment.push_back(right_aligned[c]);
+  text += aligned(lines, shown_alignment);
+  std::string footnote = keep[5] || keep[9] ? "large N: the same fit over the larger half of the N; " : "";
+  if (keep[11]) footnote += "bwd/fwd: the median over N";
+  if (!footnote.empty()) text += report_detail::wrap_text(footnote, width, 2) + "\n";
+  if (std::find(keep.begin(), keep.end(), false) != keep.end())
+    text += report_detail::wrap_text("(--wide adds the summary's other columns)", width, 2) + "\n";
   if (!crossovers.empty()) {
-    text += "\nv2 against standard (fwd + bwd time ratio; below 1 means v2 is faster)\n";
+    text += "\n" + report_detail::wrap_text("v2 against standard (fwd + bwd time ratio; below 1 means v2 is faster)",
+                                            width, 2) + "\n";
     for (const Crossover& c : crossovers) {
       std::string ratios;
       for (size_t i = 0; i < c.seq.size(); ++i)
@@ -301,7 +336,8 @@ std::string SweepSummary::table() const {
       if (!c.faster_from) verdict = "v2 not faster at the largest N";
       else if (c.faster_from == c.seq.front()) verdict = fmt::format("v2 faster at every N from {}", *c.faster_from);
       else verdict = fmt::format("v2 faster from N = {} (crossover ~{:.0f})", *c.faster_from, *c.interpolated_seq);
-      text += fmt::format("{}: {}: {}; {}\n", c.backend, c.shape_label, verdict, ratios);
+      text += report_detail::wrap_text(fmt::format("{}: {}: {}; {}", c.backend, c.shape_label, verdict, ratios), width, 2) +
+              "\n";
     }
   }
   return text;

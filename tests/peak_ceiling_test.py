@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""`info --peak` says which sgemm ceiling "% of peak" is read against: OpenBLAS's or flashbench's own
+gemm, whichever is faster, and its own gemm alone (named so) in a build without OpenBLAS. Where
+Debian's OpenBLAS headers are installed (libopenblas-dev, which scripts/setup.sh installs), the
+build must have found them.
+
+usage: peak_ceiling_test.py FLASHBENCH_BINARY SOURCE_DIR
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+failures = 0
+PEAK = ["info", "--peak", "--peak-size", "256", "--threads", "1"]
+
+
+def check(condition, what):
+    global failures
+    if not condition:
+        failures += 1
+    print(f"{'ok' if condition else 'FAIL'} {what}")
+
+
+def main():
+    binary = sys.argv[1]
+    result = subprocess.run([binary, *PEAK, "--format", "json"], capture_output=True, text=True, timeout=300)
+    check(result.returncode == 0, f"info --peak --format json exits 0 {result.stderr.strip()}")
+    peak = json.loads(result.stdout)["peak"]
+    ours, blas = peak["sgemm_gflops"], peak["openblas_sgemm_gflops"]
+    print(f"flashbench gemm {ours:.1f} GFLOP/s, OpenBLAS {blas}, ceiling {peak['sgemm_ceiling_gflops']:.1f} "
+          f"from {peak['sgemm_ceiling_from']}")
+    check(peak["sgemm_ceiling_gflops"] == max(ours, blas or 0), "the ceiling is the faster sgemm")
+    check(peak["sgemm_ceiling_from"] == ("openblas" if blas is not None and blas > ours else "flashbench"),
+          "sgemm_ceiling_from names whose it is")
+    if Path("/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h").exists():
+        check(blas is not None and peak["openblas_core"] != "", "OpenBLAS's headers are here: the build uses them")
+
+    text = subprocess.run([binary, *PEAK], capture_output=True, text=True, timeout=300).stdout
+    line = next((l for l in text.splitlines() if l.startswith("ceiling ")), "")
+    if blas is None:
+        check("flashbench's own gemm" in line and "libopenblas-dev" in line, f"no OpenBLAS, and it says so: {line!r}")
+    else:
+        check(("OpenBLAS's" in line) if blas > ours else ("flashbench's gemm" in line), f"the ceiling named: {line!r}")
+    print(f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
