@@ -21,19 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-failures = 0
-checks = 0
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 QUICK = ["--heads", "1", "--head-dim", "8", "--min-samples", "5", "--max-samples", "5", "--warmup", "0",
          "--max-time", "0.05"]
 TINY = ["--seq", "16", *QUICK]
-
-
-def check(condition, what):
-    global failures, checks
-    checks += 1
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
 
 
 def expect(binary, args, code, needle, keep=None):
@@ -334,8 +326,7 @@ def main():
                 finished = sum(json.loads(line).get("status") == "ok" for line in text.splitlines() if line.strip())
             check(finished >= 4, f"{sig.name} {fmt}: the finished rows are in the file ({finished})")
 
-    print(f"{checks - failures} passed, {failures} failed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -8,15 +8,10 @@ usage: cli_suggestions_test.py FLASHBENCH_BINARY SOURCE_DIR
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-failures = 0
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 
 
 def run(binary, *args):
@@ -72,8 +67,7 @@ def main():
         check(alias in line and entry["title"] in line, f"the listing names {name}, {alias} and the title: {line!r}")
         check(name in help_text and alias in help_text and entry["title"] in " ".join(help_text.split()),
               f"model --help names {name} ({alias}) with its title")
-    print(f"{failures} failure(s)")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

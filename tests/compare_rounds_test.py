@@ -17,14 +17,8 @@ ROUNDS = 5
 SWEEP = ["--seq", "128", "--heads", "2", "--head-dim", "32", "--variant", "all", "--threads", "1",
          "--max-time", "0.05", "--min-samples", "5", "--rounds", str(ROUNDS), "--format", "json"]
 
-failures = 0
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 
 
 def main():
@@ -81,8 +75,7 @@ def main():
         check(result.returncode == 3, f"a twice slower row exits {result.returncode} (3: a regression)")
         verdicts = [pair["bwd"]["verdict"] for pair in json.loads(result.stdout)["pairs"]] if result.stdout else []
         check(verdicts[2:3] == ["SLOWER"], f"the doubled row is SLOWER: {verdicts}")
-    print("FAILED" if failures else "all passed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

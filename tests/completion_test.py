@@ -9,15 +9,10 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
-failures = 0
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 
 
 def run(*args, **kwargs):
@@ -91,8 +86,7 @@ echo "shells: $(complete_line flashbench completion '')"
         check(done.returncode == 0 and "--dry-run" in done.stdout, f"fish completes run --dry: {done.stdout!r}")
     else:
         print("note: fish is not installed; its script is checked for the options only")
-    print(f"{failures} failed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

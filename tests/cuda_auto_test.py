@@ -16,14 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-failures = 0
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 
 
 def configure(source, tmp, name, request, device_node, smi_lists_gpu):
@@ -84,8 +78,7 @@ def main():
             check(len(status) == 1 and "ON (FLASHBENCH_CUDA=ON;" in status[0], "ON says it was asked for")
         else:
             check(code != 0, "ON without nvcc stops the configuration")
-    print(f"{failures} failure(s)")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

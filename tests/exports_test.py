@@ -15,14 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-failures = 0
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 
 
 def exports(tmp, stem):
@@ -93,8 +87,7 @@ def main():
             check(table_problems == len(rows) // 4, f"the table on stdout has the same ({table_problems})")
         else:
             check(False, "SIGINT: every export written")
-    print(f"{failures} failed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

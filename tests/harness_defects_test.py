@@ -25,16 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-failures = 0
-checks = 0
-
-
-def check(condition, what):
-    global failures, checks
-    checks += 1
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 
 
 def run(binary, args, env=None, limit_bytes=None, timeout=600):
@@ -118,8 +110,7 @@ def main():
             check(c.get("reference") == "float64" and c.get("passed"),
                   f"5: L = {layers} {r['impl']} against float64: {c.get('max_rel_err', 0):.2e} <= "
                   f"{c.get('tolerance', 0):.2e} (naive fp32 {c.get('naive_rel_err', 0):.2e})")
-    print(f"{checks - failures} passed, {failures} failed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

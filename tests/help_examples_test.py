@@ -10,16 +10,11 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 import tempfile
 
-failures = 0
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 
 
 def main():
@@ -40,8 +35,7 @@ def main():
             done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120, cwd=tmp)
             check(done.returncode == 0 and done.stdout, f"{' '.join(args)}: exit {done.returncode} "
                                                           f"{done.stderr.strip()[-200:]!r}")
-    print(f"{failures} failed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -10,14 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-failures = 0
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 
 
 def install(source, build_dir, prefix, path):
@@ -51,8 +45,7 @@ def main():
         built = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
         check(by_name.returncode == 0 and by_name.stdout == built.stdout and by_name.stdout.startswith("flashbench "),
               f"`flashbench --version` by name: {by_name.stdout.strip()!r}")
-    print(f"{failures} failure(s)")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -15,14 +15,8 @@ import time
 from pathlib import Path
 
 SEQS = [str(n) for n in range(64, 576, 32)]  # 16 configurations
-failures = 0
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 
 
 def start(binary, out, fmt):
@@ -80,8 +74,7 @@ def main():
         meta = json.loads(out.read_text())["meta"] if out.exists() else {}
         check(done.returncode == 0 and meta.get("complete") is True and "not_run" not in meta,
               "an uninterrupted sweep: meta.complete is true")
-    print(f"{failures} failed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -11,15 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-failures = 0
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 PEAK = ["info", "--peak", "--peak-size", "256", "--threads", "1"]
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
 
 
 def main():
@@ -42,8 +36,7 @@ def main():
         check("flashbench's own gemm" in line and "libopenblas-dev" in line, f"no OpenBLAS, and it says so: {line!r}")
     else:
         check(("OpenBLAS's" in line) if blas > ours else ("flashbench's gemm" in line), f"the ceiling named: {line!r}")
-    print(f"{failures} failure(s)")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -12,14 +12,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(sys.argv[2]) / "scripts" / "peers"))
 import memory_trace  # noqa: E402
 
-failures = 0
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 
 
 def entry(action, addr, size, time_us):
@@ -62,8 +56,7 @@ def main():
     peaks = [e for e in result["traceEvents"] if e["ph"] == "i"]
     check(len(peaks) == 1 and peaks[0]["args"]["bytes"] == 700 and peaks[0]["ts"] == 10,
           "one peak instant at the gradient's allocation")
-    print("FAILED" if failures else "all passed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

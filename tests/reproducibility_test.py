@@ -9,17 +9,12 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
-failures = 0
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 QUICK = ["--seq", "48", "--heads", "2", "--head-dim", "8", "--layers", "2", "--min-samples", "5",
          "--max-samples", "5", "--warmup", "0", "--max-time", "0.05"]
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
 
 
 def rows(binary, *args):
@@ -61,8 +56,7 @@ def main():
     bf16 = rows(binary, "--dtype", "bf16", "--input-scale", "200", "--seed", "5")
     check(all(row["hazards"] == [] for row in bf16.values()), "bf16 x200: no hazard (its range is fp32's)")
 
-    print(f"{failures} failed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -14,14 +14,8 @@ import tempfile
 from pathlib import Path
 
 QUICK = ["--max-time", "0.02", "--warmup-time", "0"]
-failures = 0
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 
 
 def flashbench(binary, *args, timeout=300):
@@ -190,8 +184,7 @@ def main():
         progress(binary)
         progress_on_a_terminal(binary)
         profile(binary, tmp)
-    print(f"{failures} failed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -13,16 +13,8 @@ from pathlib import Path
 
 TAGS = ("input", "activation", "kept", "workspace", "grad")
 TIMING = ("median_ms", "mean_ms", "stddev_ms", "min_ms", "max_ms", "samples_ms")
-failures = 0
-checks = 0
-
-
-def check(condition, what):
-    global failures, checks
-    checks += 1
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 
 
 def main():
@@ -106,8 +98,7 @@ def main():
             check(row["memory"]["model"]["peak_bytes"] > 20 << 20, f"{name}: carries the model's peak")
         else:
             check(row["status"] == "ok", f"{name}: runs")
-    print(f"{checks - failures} passed, {failures} failed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

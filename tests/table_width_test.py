@@ -8,19 +8,14 @@ usage: table_width_test.py FLASHBENCH_BINARY SOURCE_DIR
 import os
 import subprocess
 import sys
+from pathlib import Path
 import tempfile
 
-failures = 0
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 RUN = ["run", "--seq", "96", "--heads", "1", "--head-dim", "16", "--max-time", "0.05", "--threads", "1"]
 EVERY_COLUMN = ["variant", "fwd", "bwd", "bwd/fwd", "fwd rate", "bwd rate", "kept", "peak", "model peak", "peak-model",
                 "time/std", "peak/std", "check", "status"]
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
 
 
 def table(binary, columns, *extra):
@@ -70,8 +65,7 @@ def main():
             else:
                 check(longest <= columns and "--wide adds" in result.stdout,
                       f"compare COLUMNS={columns}: the longest line is {longest}")
-    print(f"{failures} failure(s)")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -18,15 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-failures = 0
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, summary  # noqa: E402
 TAGS = ["input", "activation", "kept", "workspace", "grad"]
-
-
-def check(condition, what):
-    global failures
-    if not condition:
-        failures += 1
-    print(f"{'ok' if condition else 'FAIL'} {what}")
 
 
 def replay(trace):
@@ -173,8 +167,7 @@ def main():
         check(result.returncode == 2 and len(lines) == 1 and "--trace" in lines[0],
               f"an impossible --trace: exit {result.returncode}, stderr {lines}")
         check(not bad_out.exists(), "an impossible --trace writes no results")
-    print("FAILED" if failures else "all passed")
-    return 1 if failures else 0
+    return summary()
 
 
 if __name__ == "__main__":
