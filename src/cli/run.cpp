@@ -398,7 +398,13 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
       }
   }
   destination.publish();
-  // Said once the sweep starts, every flag accepted: a usage error stays its one line.
+  // Said once the sweep starts, every flag accepted: a usage error stays its one line. What the
+  // report wrote so far goes out first, so that stdout and stderr sharing a file or a terminal
+  // do not interleave the warning into the middle of a table.
+  if (!warnings.empty()) {
+    std::cout.flush();
+    std::fflush(stdout);
+  }
   for (const std::string& warning : warnings) fmt::print(stderr, "flashbench: warning: {}\n", warning);
 
   Runner runner(*device, options);
