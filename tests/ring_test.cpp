@@ -9,7 +9,6 @@
 #include <cmath>
 #include <random>
 #include <string>
-#include <thread>
 
 #include "flashbench/cpu/ring.hpp"
 #include "flashbench/errors.hpp"
@@ -123,12 +122,13 @@ TEST(RingSplit, ZigZagStepPlans) {
 struct RingCase {
   int64_t B, H, N, d, L, P;
   bool causal;
+  int threads = 1;  // OpenMP threads of each rank (its kernels' workspace is per thread)
 };
 
 std::string ring_case_name(const ::testing::TestParamInfo<RingCase>& info) {
   const RingCase& c = info.param;
   return "B" + std::to_string(c.B) + "_H" + std::to_string(c.H) + "_N" + std::to_string(c.N) + "_d" +
-         std::to_string(c.d) + "_L" + std::to_string(c.L) + "_P" + std::to_string(c.P) + (c.causal ? "_causal" : "");
+         std::to_string(c.d) + "_L" + std::to_string(c.L) + "_P" + std::to_string(c.P) + (c.causal ? "_causal" : "") + "_T" + std::to_string(c.threads);
 }
 
 Problem problem_of(const RingCase& c) {
@@ -175,8 +175,9 @@ struct StackRun {
 };
 
 // The stack as P ranks: each rank's layer stack runs the local problem (seq = N/P) on its own ledger
-// and one OpenMP thread, its layers the ring v2; the rows come back to their places in [B,H,N,d].
-StackRun run_ring(const Problem& problem, int64_t P, const std::vector<float>& X0, const std::vector<float>& dO) {
+// and `threads` OpenMP threads, its layers the ring v2; the rows come back to their places in [B,H,N,d].
+StackRun run_ring(const Problem& problem, int64_t P, int threads, const std::vector<float>& X0,
+                  const std::vector<float>& dO) {
   const DeviceEntry& entry = registry().device("cpu");
   std::unique_ptr<Device> device = entry.open({});
   const Problem local = local_problem(problem, P);
@@ -186,7 +187,7 @@ StackRun run_ring(const Problem& problem, int64_t P, const std::vector<float>& X
   result.input_grad.resize(X0.size());
   result.ranks.resize(size_t(P));
   ring.run([&](RingTransport& transport) {
-    omp_set_num_threads(1);  // this thread's own setting: the model below counts one thread's workspace
+    omp_set_num_threads(threads);  // this thread's own setting, which the kernels size their workspace by
     const std::vector<RowRange> rows = local_rows(problem.seq, P, transport.rank(), seq_split(problem));
     std::unique_ptr<Implementation> ring_v2 = cpu::make_ring_v2(problem, transport);
     MemoryLedger ledger;
@@ -248,7 +249,7 @@ TEST_P(RingV2, MatchesOneDeviceAndFloat64AndTheModelToTheByte) {
   const Problem problem = problem_of(c);
   const std::vector<float> X0 = normals(problem.qkv_elements(), 7), dO = normals(problem.qkv_elements(), 11);
 
-  const StackRun ring = run_ring(problem, c.P, X0, dO);
+  const StackRun ring = run_ring(problem, c.P, c.threads, X0, dO);
   const StackRun single = run_single_device(problem, X0, dO);
   const std::vector<double> X0_exact(X0.begin(), X0.end()), dO_exact(dO.begin(), dO.end());
   const StackReference exact = reference_stack(ReferenceShape{problem.heads_total(), c.N, c.d, c.causal}, c.L,
@@ -262,10 +263,10 @@ TEST_P(RingV2, MatchesOneDeviceAndFloat64AndTheModelToTheByte) {
   EXPECT_LT(relative_error(ring.input_grad, exact.input_grad), kTolerance) << "dX_0 against float64";
 
   // The model of one device of P, fed as `model --cp P` feeds it: the CPU v2's costs for the local
-  // problem and the device's parameters for one thread.
+  // problem and the device's parameters for the rank's threads.
   const DeviceEntry& entry = registry().device("cpu");
   const Problem local = local_problem(problem, c.P);
-  const ModelParams params = entry.offline_params(local, DeviceOptions{.threads = 1});
+  const ModelParams params = entry.offline_params(local, DeviceOptions{.threads = c.threads});
   const LayerCosts costs = select_implementations(entry, {"v2"}).front()->costs(local, params);
   const ContextParallelModel model = model_context_parallel(problem, c.P, Variant::v2, costs, params);
   for (int64_t r = 0; r < c.P; ++r) {
@@ -320,7 +321,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RingCase{1, 2, 6, 16, 1, 3, true},    // N = 2P: zig-zag chunks of one row
                       RingCase{1, 2, 8, 16, 1, 4, true},    // N = 2P
                       RingCase{1, 2, 40, 7, 1, 4, true},    // odd d: partial SIMD registers
-                      RingCase{1, 1, 36, 9, 2, 2, false}),
+                      RingCase{1, 1, 36, 9, 2, 2, false},
+                      RingCase{1, 4, 48, 16, 1, 2, true, 2}),  // two threads per rank: the workspace per thread
     ring_case_name);
 
 TEST(RingV2Input, RefusesWhatItDoesNotRun) {

@@ -18,8 +18,8 @@
 //            over the steps into dQ) and dK_s + dV_s (added to the sum travelling with the block,
 //            whose P-th send brings it home). dX = dQ + the sum that came home.
 //
-// fp32 storage, self-attention without dropout; G < H, a separate context and dropout are not
-// implemented (unsupported() says so).
+// fp32 storage, self-attention without dropout: make_ring_v2 refuses G < H, a separate context and
+// dropout (validate_context_parallel), unsupported() names 16-bit storage.
 #include <memory>
 
 #include "flashbench/cpu/attention.hpp"
