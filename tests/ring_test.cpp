@@ -336,6 +336,12 @@ TEST(RingV2Input, RefusesWhatItDoesNotRun) {
   // Causal N = 10 is no multiple of 2P = 4: the zig-zag split has no equal chunks.
   EXPECT_THROW(cpu::make_ring_v2(problem, ring.endpoint(0)), UsageError);
   problem.seq = 12;
+  problem.dropout = 0.1;  // its mask's element index would have to be the global one
+  EXPECT_THROW(cpu::make_ring_v2(problem, ring.endpoint(0)), UsageError);
+  problem.dropout = 0;
+  problem.kv_heads = 1;  // G < H: K and V would travel as their own tensors
+  EXPECT_THROW(cpu::make_ring_v2(problem, ring.endpoint(0)), UsageError);
+  problem.kv_heads = 0;
   problem.dtype = Dtype::bf16;
   const auto bf16 = cpu::make_ring_v2(problem, ring.endpoint(0));
   EXPECT_TRUE(bf16->unsupported(local_problem(problem, 2)).has_value());
