@@ -112,6 +112,20 @@ Problem local_problem(const Problem& problem, int64_t ranks);  // seq = N/P
 RingBytes ring_bytes(const Problem& problem, int64_t ranks, Variant variant);
 // How N's rows are dealt: P contiguous chunks, or the zig-zag split (chunks i and 2P-1-i of 2P).
 enum class SeqSplit { contiguous, zigzag };
+// The split a ring run of `problem` uses: zig-zag when causal (it balances the unmasked pairs),
+// contiguous otherwise.
+SeqSplit seq_split(const Problem& problem);
+// Rows [begin, end) of the sequence.
+struct RowRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+};
+// The rows of N that device `rank` (0..ranks-1) holds, in the order it stores them: one range
+// (contiguous: rows [rank·N/P, (rank+1)·N/P)) or two (zig-zag: chunks rank and 2P-1-rank of 2P,
+// each N/(2P) rows). The one statement of the split: the model's pair counts and the ring's
+// gathering and placing of rows both read it.
+std::vector<RowRange> local_rows(int64_t seq, int64_t ranks, int64_t rank, SeqSplit split);
 // The query-key pairs the causal mask leaves to device `rank` (0..ranks-1), per head: its work.
 // Under the zig-zag split every device gets N(N+1)/(2P); contiguous, the last gets 2P-1 times the first's.
 int64_t causal_pairs(int64_t seq, int64_t ranks, int64_t rank, SeqSplit split);

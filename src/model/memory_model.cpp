@@ -122,16 +122,24 @@ Problem local_problem(const Problem& problem, int64_t ranks) {
   return local;
 }
 
-int64_t causal_pairs(int64_t seq, int64_t ranks, int64_t rank, SeqSplit split) {
-  // Row q attends keys 0..q: rows [a, b) hold sum (q + 1) = (b(b+1) - a(a+1)) / 2 pairs.
-  auto rows_pairs = [](int64_t a, int64_t b) { return (b * (b + 1) - a * (a + 1)) / 2; };
+SeqSplit seq_split(const Problem& problem) { return problem.causal ? SeqSplit::zigzag : SeqSplit::contiguous; }
+
+std::vector<RowRange> local_rows(int64_t seq, int64_t ranks, int64_t rank, SeqSplit split) {
   if (split == SeqSplit::contiguous) {
     const int64_t n = seq / ranks;
-    return rows_pairs(rank * n, (rank + 1) * n);
+    return {{rank * n, (rank + 1) * n}};
   }
   const int64_t chunk = seq / (2 * ranks);
   const int64_t mirrored = 2 * ranks - 1 - rank;
-  return rows_pairs(rank * chunk, (rank + 1) * chunk) + rows_pairs(mirrored * chunk, (mirrored + 1) * chunk);
+  return {{rank * chunk, (rank + 1) * chunk}, {mirrored * chunk, (mirrored + 1) * chunk}};
+}
+
+int64_t causal_pairs(int64_t seq, int64_t ranks, int64_t rank, SeqSplit split) {
+  // Row q attends keys 0..q: rows [a, b) hold sum (q + 1) = (b(b+1) - a(a+1)) / 2 pairs.
+  int64_t pairs = 0;
+  for (const RowRange& rows : local_rows(seq, ranks, rank, split))
+    pairs += (rows.end * (rows.end + 1) - rows.begin * (rows.begin + 1)) / 2;
+  return pairs;
 }
 
 RingBytes ring_bytes(const Problem& problem, int64_t ranks, Variant variant) {
