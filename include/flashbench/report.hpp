@@ -5,6 +5,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,12 @@
 namespace flashbench {
 
 inline constexpr int kSchemaVersion = 1;
+
+// A value the contract writes as null when it is absent (nlohmann 3.11 converts no std::optional).
+template <class T>
+nlohmann::ordered_json json_or_null(const std::optional<T>& value) {
+  return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr);
+}
 
 // The run's metadata: tool, version, git revision, build {type, compiler, flags, native, cuda},
 // host {cpu, cores, omp_threads, hostname}, time (ISO-8601 UTC), argv. The device a run uses adds

@@ -207,7 +207,7 @@ nlohmann::ordered_json run_settings(const RunFlags& flags, const RunOptions& opt
           {"check", options.check},
           {"check_budget_gflop", flags.check_budget_gflop},
           {"cold", options.cold},
-          {"mem_limit", flags.mem_limit ? nlohmann::ordered_json(*flags.mem_limit) : nlohmann::ordered_json(nullptr)}};
+          {"mem_limit", json_or_null(flags.mem_limit)}};
 }
 
 // A configuration's rows across --rounds: the first round's (memory, check, trace) and the timings of

@@ -120,7 +120,7 @@ nlohmann::ordered_json phase_json(const PhaseComparison& phase) {
   j["median_a_ms"] = phase.median_a_ms;
   j["median_b_ms"] = phase.median_b_ms;
   j["ratio"] = phase.ratio;
-  j["p_value"] = phase.p_value ? nlohmann::ordered_json(*phase.p_value) : nlohmann::ordered_json(nullptr);
+  j["p_value"] = json_or_null(phase.p_value);
   j["round_noise"] = phase.round_noise;
   j["load_bound"] = phase.load_bound;
   j["verdict"] = std::string(to_string(phase.verdict));
@@ -134,8 +134,8 @@ nlohmann::ordered_json differences_json(const std::vector<Difference>& differenc
 }
 
 nlohmann::ordered_json load_json(const HostLoad& load) {
-  auto optional = [](const auto& value) { return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json(nullptr); };
-  return {{"load_start_1m", optional(load.start)}, {"load_end_1m", optional(load.end)}, {"cpus", optional(load.cpus)}};
+  return {{"load_start_1m", json_or_null(load.start)}, {"load_end_1m", json_or_null(load.end)},
+          {"cpus", json_or_null(load.cpus)}};
 }
 
 // Who a row is, without its measurements.

@@ -12,7 +12,6 @@ std::optional<double> number(const nlohmann::json& object, const char* key) {
   if (!object.is_object() || !object.contains(key) || !object.at(key).is_number()) return std::nullopt;
   return object.at(key).get<double>();
 }
-ordered_json number_or_null(const std::optional<double>& value) { return value ? ordered_json(*value) : nullptr; }
 }  // namespace
 
 ordered_json peak_to_json(const PeakReport& peak) {
@@ -26,7 +25,7 @@ ordered_json peak_to_json(const PeakReport& peak) {
   j["sgemm_size"] = peak.sgemm_size;
   j["sgemm_gflops"] = peak.sgemm_gflops;
   j["sgemm_gflops_best"] = peak.sgemm_gflops_best;
-  j["openblas_sgemm_gflops"] = number_or_null(peak.openblas_gflops);
+  j["openblas_sgemm_gflops"] = json_or_null(peak.openblas_gflops);
   j["openblas_core"] = peak.openblas_core;
   j["products"] = ordered_json::array();
   for (const ProductRate& product : peak.products) {
@@ -37,7 +36,7 @@ ordered_json peak_to_json(const PeakReport& peak) {
     p["N"] = product.N;
     p["K"] = product.K;
     p["gflops_1thread"] = product.gflops;
-    p["openblas_gflops_1thread"] = number_or_null(product.openblas_gflops);
+    p["openblas_gflops_1thread"] = json_or_null(product.openblas_gflops);
     j["products"].push_back(p);
   }
   return j;

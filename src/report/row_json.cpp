@@ -40,26 +40,21 @@ ordered_json timing_to_json(const TimingSummary& t) {
   return j;
 }
 
-template <class T>
-ordered_json optional_json(const std::optional<T>& value) {
-  return value ? ordered_json(*value) : ordered_json(nullptr);
-}
-
 // NVML's view of the GPU; fields it did not report are null.
 ordered_json gpu_state_to_json(const GpuState& state) {
   auto watts = [](const std::optional<unsigned>& milliwatts) {
     return milliwatts ? ordered_json(*milliwatts / 1000.0) : ordered_json(nullptr);
   };
   ordered_json j;
-  j["sm_clock_mhz"] = optional_json(state.sm_clock_mhz);
-  j["memory_clock_mhz"] = optional_json(state.memory_clock_mhz);
+  j["sm_clock_mhz"] = json_or_null(state.sm_clock_mhz);
+  j["memory_clock_mhz"] = json_or_null(state.memory_clock_mhz);
   j["power_w"] = watts(state.power_mw);
   j["power_limit_w"] = watts(state.power_limit_mw);
-  j["temperature_c"] = optional_json(state.temperature_c);
+  j["temperature_c"] = json_or_null(state.temperature_c);
   j["clock_event_reasons"] =
       state.clock_event_reasons ? ordered_json(clock_event_reason_names(*state.clock_event_reasons)) : ordered_json(nullptr);
-  j["power_violation_ns"] = optional_json(state.power_violation_ns);
-  j["thermal_violation_ns"] = optional_json(state.thermal_violation_ns);
+  j["power_violation_ns"] = json_or_null(state.power_violation_ns);
+  j["thermal_violation_ns"] = json_or_null(state.thermal_violation_ns);
   return j;
 }
 
@@ -195,7 +190,7 @@ ordered_json row_to_json(const Row& row) {
   measured["kept_bytes"] = row.measured.kept_bytes;
   measured["by_tag"] = tags_to_json(row.measured.by_tag);
   measured["high_water"] = tags_to_json(row.measured.high_water);
-  measured["os_peak_bytes"] = row.measured.os_peak_bytes ? ordered_json(*row.measured.os_peak_bytes) : ordered_json(nullptr);
+  measured["os_peak_bytes"] = json_or_null(row.measured.os_peak_bytes);
   j["memory"]["measured"] = std::move(measured);
   if (row.model) {
     ordered_json model;
@@ -223,7 +218,7 @@ ordered_json row_to_json(const Row& row) {
                             {"input_scale", r.input_scale},
                             {"inputs_hash", r.inputs_hash},
                             {"results_hash", r.results_hash},
-                            {"deterministic", r.deterministic ? ordered_json(*r.deterministic) : ordered_json(nullptr)}};
+                            {"deterministic", json_or_null(r.deterministic)}};
   } else {
     j["reproducibility"] = nullptr;
   }

@@ -373,9 +373,8 @@ nlohmann::ordered_json SweepSummary::to_json() const {
     e["shape"] = shape_json(c.shape, c.batch_follows_seq, c.shape_label);
     e["seq"] = c.seq;
     e["v2_over_standard"] = c.ratio;
-    e["faster_from"] = c.faster_from ? nlohmann::ordered_json(*c.faster_from) : nlohmann::ordered_json(nullptr);
-    e["interpolated_seq"] =
-        c.interpolated_seq ? nlohmann::ordered_json(*c.interpolated_seq) : nlohmann::ordered_json(nullptr);
+    e["faster_from"] = json_or_null(c.faster_from);
+    e["interpolated_seq"] = json_or_null(c.interpolated_seq);
     j["crossovers"].push_back(std::move(e));
   }
   return j;
