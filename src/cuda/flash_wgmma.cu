@@ -3,12 +3,12 @@
 // Compiled for sm_90a alone (src/cuda/CMakeLists.txt); flash.cu calls it on a compute capability 9.0
 // device and keeps the mma.sync kernels (flash_mma.cu) for every other GPU and as `v2.mma`.
 //
-// Forward: a block of 2 warpgroups owns 128 queries (64 each) and walks the K/V tiles of 128 keys,
-// double-buffered by cp.async: S = Q·Kᵀ (both operands from shared memory), online softmax in
-// registers, O += P·V with P straight from the S accumulators as the A operand.
+// Forward: a block of 2 warpgroups owns 128 queries (64 each) and walks the K/V tiles of 128 keys:
+// S = Q·Kᵀ (both operands from shared memory), online softmax in registers, O += P·V with P straight
+// from the S accumulators as the A operand.
 //
 // Backward (FlashAttention-2's loop order): a block of 2 warpgroups owns 128 keys (64 each) and walks
-// the 64-query tiles that see them (Q, dO, LSE, D double-buffered):
+// the 64-query tiles that see them (Q, dO, LSE, D):
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                        (A and B from shared memory)
 //   Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ ∘ (dPᵀ − D)       (registers)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q                        (A from registers, B MN-major from shared memory)
@@ -17,13 +17,20 @@
 // cores, and dSᵀ is stored for dQ while the dV and dK products run. dQ goes to the fp32
 // accumulator by bulk reductions (cp.reduce.async.bulk, one 256-byte row piece per thread) instead
 // of per-element atomics; dK and dV once at the end.
+//
+// Tiles arrive by the copy engine (TMA, one thread names a tile in a tensor map) on mbarriers, two
+// stages deep; the last warp of the block to finish with a stage refills it. So the threads that
+// compute issue no copies, and the two warpgroups never wait for each other at a block barrier in the
+// forward pass, and at one per tile in the backward (none at d = 64).
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "flash_common.cuh"
 #include "flash_internal.hpp"
 #include "flash_layer.cuh"
 #include "hopper.cuh"
+#include "tensor_map.hpp"
 
 namespace flashbench::cuda {
 
@@ -95,14 +102,18 @@ struct ForwardPlan {
   static constexpr int kQueries = 128;  // per block: 2 warpgroups × 64 rows
   static constexpr int kKeys = 128;     // per K/V tile
   static constexpr int kThreads = 2 * kWarpgroupThreads;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kStages = 2;     // K/V tiles in flight
   using QTile = SwizzledTile<kQueries, D>;
   using KVTile = SwizzledTile<kKeys, D>;
-  // Q; K and V, two buffers each; slack to reach the first 1024-byte boundary.
-  static constexpr int kSharedBytes = QTile::kBytes + 4 * KVTile::kBytes + 1024;
-  // With dropout, two buffers of a tile's keep flags [128 queries][128 keys], a byte each, rows
-  // padded to 132 bytes.
+  // Q; K and V, a buffer each per stage; the mbarriers (Q, and one per stage) and the per-stage
+  // counts of warps done with it; slack to reach the first 1024-byte boundary.
+  static constexpr int kBarrierBytes = 8 * (1 + kStages) + 4 * kStages;
+  static constexpr int kSharedBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes + kBarrierBytes + 1024;
+  // With dropout, each warpgroup's keep flags of a tile [64 queries][128 keys], a byte each, two
+  // buffers, rows padded to 132 bytes.
   static constexpr int kMaskLd = kKeys + 4;
-  static constexpr int kMaskBytes = 2 * kQueries * kMaskLd;
+  static constexpr int kMaskBytes = 2 * 2 * (kQueries / 2) * kMaskLd;
 };
 
 // What the kernels need of a layer beyond its tensors (kernels.hpp's LayerShape, in kernel arguments).
@@ -116,70 +127,90 @@ struct Extents {
   }
 };
 
-// grid (ceil(N/128), BH), 256 threads; Q, O: [BH, N, kDim]; K, V: [BG, N_k, kDim]; lse: [BH, N]
-// (natural log, +∞ for a row that sees no key). The tiles are D wide: a head dim kDim < D is
-// zero-padded in shared memory (d = 96 in 128), which changes no product. kDropout: O = P̃·V with
-// the mask of `dropout`.
+// grid (ceil(N/128), BH), 256 threads; Q, O: [BH, N, kDim]; K, V: [BG, N_k, kDim] (q_map, k_map,
+// v_map: their tensor maps, boxes of 128 rows); lse: [BH, N] (natural log, +∞ for a row that sees
+// no key). The tiles are D wide: a head dim kDim < D arrives zero-padded (d = 96 in 128), which
+// changes no product. kDropout: O = P̃·V with the mask of `dropout`.
+//
+// The two warpgroups share K/V tiles but nothing else, so no block barrier orders them: tile j
+// arrives on mbarrier full[j % kStages] (issued by one thread, the copy engine moves it), and the
+// last of the block's 8 warps to finish with a stage issues the tile kStages further on into it.
 template <class T, int D, int kDim, bool kDropout>
 __global__ void __launch_bounds__(256, 1)
-    forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
-                   float* __restrict__ lse, Extents extents, float scale_log2, philox::DropoutMask dropout) {
+    forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                   const __grid_constant__ CUtensorMap v_map, T* __restrict__ O, float* __restrict__ lse,
+                   Extents extents, float scale_log2, philox::DropoutMask dropout) {
   using Plan = ForwardPlan<D>;
   using QTile = typename Plan::QTile;
   using KVTile = typename Plan::KVTile;
   extern __shared__ unsigned char shared_raw[];
   const uint32_t sQ = aligned_shared_base(shared_raw);
-  const uint32_t sK = sQ + QTile::kBytes;      // [2] K/V tiles
-  const uint32_t sV = sK + 2 * KVTile::kBytes;
+  const uint32_t sK = sQ + QTile::kBytes;                 // [kStages] K tiles
+  const uint32_t sV = sK + Plan::kStages * KVTile::kBytes;  // [kStages] V tiles
+  const uint32_t q_full = sV + Plan::kStages * KVTile::kBytes;
+  const uint32_t kv_full = q_full + 8;                     // [kStages] mbarriers
+  const uint32_t released = kv_full + 8 * Plan::kStages;   // [kStages] counts of warps done
+  unsigned char* keep_tiles = generic_at(shared_raw, q_full + Plan::kBarrierBytes);  // kDropout: [2 wg][2][64][kMaskLd]
 
   // Causal query blocks further down see more keys: launch those first so short ones fill the tail.
   const int64_t seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
   const bool causal = extents.causal;
   const int64_t head = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * Plan::kQueries;
-  const int64_t offset = head * seq * kDim, kv_offset = head / extents.group_size * seq_k * kDim;
+  const int64_t offset = head * seq * kDim, kv_head = head / extents.group_size;
   const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads;
   const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {q0 + warpgroup * 64 + warp * 16 + g, q0 + warpgroup * 64 + warp * 16 + g + 8};
-  unsigned char* keep_tiles = generic_at(shared_raw, sV + 2 * KVTile::kBytes);  // kDropout: [2][128][kMaskLd]
-
-  // Dropout: the keep flags of key tile `j` for the block's 128 queries, drawn by the whole block
-  // (half the draws of each thread drawing its own pairs of keys).
-  auto draw_tile_flags = [&](int j, int buffer) {
-    draw_keep_flags<Plan::kQueries, Plan::kKeys, Plan::kMaskLd, Plan::kThreads>(
-        dropout, uint64_t((head * seq + q0) * seq_k + int64_t(j) * Plan::kKeys), seq_k,
-        keep_tiles + buffer * Plan::kQueries * Plan::kMaskLd, thread);
-  };
 
   // The last key any row of the block sees; none at all (a block of rows above a bottom-right
   // diagonal that starts below them) leaves O = 0.
   const int64_t last_key = causal ? min(q0 + Plan::kQueries - 1 + shift, seq_k - 1) : seq_k - 1;
   const int key_tiles = last_key < 0 ? 0 : int(last_key / Plan::kKeys) + 1;
-  load_tile<T, Plan::kQueries, D, Plan::kThreads, kDim>(sQ, Q + offset, q0, seq, thread);
-  load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sK, K + kv_offset, 0, seq_k, thread);
-  load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sV, V + kv_offset, 0, seq_k, thread);
-  cp_async_commit();
-  if constexpr (kDropout) {
-    if (key_tiles > 0) draw_tile_flags(0, 0);  // read after the first tile's barrier
+
+  auto fetch_key_tile = [&](int j, int stage) {  // by one thread
+    const uint32_t full = kv_full + 8 * stage;
+    mbarrier_arrive_expect_bytes(full, 2 * KVTile::kBytes);
+    tma_load_tile<KVTile>(sK + stage * KVTile::kBytes, k_map, int64_t(j) * Plan::kKeys, kv_head, full);
+    tma_load_tile<KVTile>(sV + stage * KVTile::kBytes, v_map, int64_t(j) * Plan::kKeys, kv_head, full);
+  };
+  if (thread == 0) {
+    mbarrier_init(q_full, 1);
+    for (int stage = 0; stage < Plan::kStages; ++stage) {
+      mbarrier_init(kv_full + 8 * stage, 1);
+      *reinterpret_cast<uint32_t*>(generic_at(shared_raw, released + 4 * stage)) = 0;
+    }
+    fence_mbarrier_init();
   }
+  __syncthreads();  // the barriers exist before anyone waits on them or the copy engine completes on them
+  if (thread == 0 && key_tiles > 0) {
+    mbarrier_arrive_expect_bytes(q_full, QTile::kBytes);
+    tma_load_tile<QTile>(sQ, q_map, q0, head, q_full);
+    for (int j = 0; j < Plan::kStages && j < key_tiles; ++j) fetch_key_tile(j, j);
+  }
+
+  // Dropout: this warpgroup's keep flags of key tile `j` for its 64 queries, into flag buffer j % 2,
+  // drawn by its 128 threads; a warpgroup barrier at the top of each tile orders the draws before
+  // the reads and the last tile's reads before the next draws.
+  unsigned char* keep_here = keep_tiles + warpgroup * 2 * (Plan::kQueries / 2) * Plan::kMaskLd;
+  auto draw_tile_flags = [&](int j) {
+    draw_keep_flags<Plan::kQueries / 2, Plan::kKeys, Plan::kMaskLd, kWarpgroupThreads>(
+        dropout, uint64_t((head * seq + q0 + warpgroup * 64) * seq_k + int64_t(j) * Plan::kKeys), seq_k,
+        keep_here + (j & 1) * (Plan::kQueries / 2) * Plan::kMaskLd, thread % kWarpgroupThreads);
+  };
+  if constexpr (kDropout) {
+    if (key_tiles > 0) draw_tile_flags(0);
+  }
+  if (key_tiles > 0) mbarrier_wait(q_full, 0);
 
   float o[D / 2];  // O [64 rows × D] of this warpgroup
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max [log2 units], partial sums
+  int stage = 0;
+  uint32_t phase = 0;  // of the stage's mbarrier for this use of it
   for (int j = 0; j < key_tiles; ++j) {
-    const int buffer = j & 1;
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // tile j is in shared memory; nobody still reads the other buffer (tile j − 1)
-    if (j + 1 < key_tiles) {
-      const int64_t next = int64_t(j + 1) * Plan::kKeys;
-      load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sK + (buffer ^ 1) * KVTile::kBytes, K + kv_offset, next, seq_k,
-                                                   thread);
-      load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sV + (buffer ^ 1) * KVTile::kBytes, V + kv_offset, next, seq_k,
-                                                   thread);
-      cp_async_commit();
-    }
-    const uint32_t sKj = sK + buffer * KVTile::kBytes, sVj = sV + buffer * KVTile::kBytes;
+    mbarrier_wait(kv_full + 8 * stage, phase);  // tile j is in shared memory
+    if constexpr (kDropout) warpgroup_barrier(warpgroup);
+    const uint32_t sKj = sK + stage * KVTile::kBytes, sVj = sV + stage * KVTile::kBytes;
 
     // S = Q·Kᵀ [64 rows × 128 keys]
     const uint64_t q_desc = opaque(k_major_base<QTile>(sQ, warpgroup * 64));
@@ -192,9 +223,7 @@ __global__ void __launch_bounds__(256, 1)
                                                 advance(k_desc, k_major_step<KVTile>(kk)), kk > 0);
     wgmma_commit();
     if constexpr (kDropout) {
-      // The next tile's flags while S is on the tensor cores (the buffer was last read before this
-      // iteration's barrier; the next one's barrier orders these writes before its reads).
-      if (j + 1 < key_tiles) draw_tile_flags(j + 1, buffer ^ 1);
+      if (j + 1 < key_tiles) draw_tile_flags(j + 1);  // while S is on the tensor cores
     }
     wgmma_wait<0>();
     pin(s);
@@ -247,8 +276,8 @@ __global__ void __launch_bounds__(256, 1)
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + tile_sum[h];
     // Dropout after the normaliser: l sums the undropped weights, O the dropped ones.
     if constexpr (kDropout) {
-      const unsigned char* keep = keep_tiles + buffer * Plan::kQueries * Plan::kMaskLd;
-      const int local_row[2] = {warpgroup * 64 + warp * 16 + g, warpgroup * 64 + warp * 16 + g + 8};
+      const unsigned char* keep = keep_here + (j & 1) * (Plan::kQueries / 2) * Plan::kMaskLd;
+      const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
 #pragma unroll
       for (int c = 0; c < Plan::kKeys / 8; ++c)
 #pragma unroll
@@ -271,9 +300,15 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_commit();
     wgmma_wait<0>();
     pin(o);
-  }
 
-  cp_async_wait<0>();  // a block that saw no key tile still issued its first loads
+    // This warp is done with the stage's K and V; the last of the 8 refills it with tile j + kStages.
+    if (lane == 0 && count_in(released + 4 * stage) % Plan::kWarps == Plan::kWarps - 1 && j + Plan::kStages < key_tiles)
+      fetch_key_tile(j + Plan::kStages, stage);
+    if (++stage == Plan::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -300,6 +335,8 @@ struct BackwardPlan {
   static constexpr int kKeys = 128;    // per block: 2 warpgroups × 64 keys
   static constexpr int kQueries = 64;  // per query tile
   static constexpr int kThreads = 2 * kWarpgroupThreads;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kStages = 2;    // query tiles (Q, dO, LSE, D) in flight
   using KVTile = SwizzledTile<kKeys, D>;
   using QTile = SwizzledTile<kQueries, D>;
   using DsTile = SwizzledTile<kKeys, kQueries>;  // dSᵀ [keys][queries]
@@ -312,26 +349,37 @@ struct BackwardPlan {
   static constexpr int kKBytes = KVTile::kBytes;
   static constexpr int kQBytes = QTile::kBytes;
   static constexpr int kDqBytes = kDqParts * kQueries * kDqLd * 4;
-  // K, V; two buffers each of Q and dO; dSᵀ; dQ; two buffers each of LSE and D [64] fp32; slack.
-  static constexpr int kSharedBytes =
-      2 * kKBytes + 4 * kQBytes + DsTile::kBytes + kDqBytes + 4 * kQueries * 4 + 1024;
-  // With dropout, two buffers of a tile's keep flags [64 queries][128 keys], one byte each, rows
-  // padded to 132 bytes (the four queries a warp reads at once then fall in distinct banks).
-  static constexpr int kMaskLd = kKeys + 4;
-  static constexpr int kMaskBytes = 2 * kQueries * kMaskLd;
+  // mbarriers (K and V; one per stage), the per-stage counts of warps done with it.
+  static constexpr int kBarrierBytes = 8 * (1 + kStages) + 4 * kStages;
+  // K, V; a Q and a dO tile per stage; dSᵀ twice (a warpgroup may write the next tile's while the
+  // other still reads this one's); dQ; LSE and D [64] fp32 per stage; the barriers; slack.
+  static constexpr int kSharedBytes = 2 * kKBytes + 2 * kStages * kQBytes + 2 * DsTile::kBytes + kDqBytes +
+                                      2 * kStages * kQueries * 4 + kBarrierBytes + 1024;
+  // With dropout, each warpgroup's keep flags of a tile [64 queries][its 64 keys], one byte each,
+  // two buffers, rows padded to 68 bytes (the four queries a warp reads at once then fall in
+  // distinct banks).
+  static constexpr int kMaskLd = kKeys / 2 + 4;
+  static constexpr int kMaskBytes = 2 * 2 * kQueries * kMaskLd;
 };
 
 // grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
-// heads that read its K/V head, so dK and dV sum over the group in registers. Adds dQ into
-// dq_accumulator [BH, N, D] and dK + dV into dkv_accumulator [BG, N_k, D] (fp32, zeroed by the caller;
-// one buffer for self-attention); lse (natural log) and row_dot [BH, N]. Tiles D wide, the head dim
-// kDim ≤ D zero-padded as in the forward kernel. kDropout: the mask of `dropout` redrawn per tile,
-// P̃ for dV and dP = dP̃ ∘ Z/(1 − p) for dS.
+// heads that read its K/V head, so dK and dV sum over the group in registers. q_map, do_map: the
+// tensor maps of Q, dO [BH, N, kDim] (boxes of 64 rows); k_map, v_map of K, V [BG, N_k, kDim] (128).
+// Adds dQ into dq_accumulator [BH, N, kDim] and dK + dV into dkv_accumulator [BG, N_k, kDim] (fp32,
+// zeroed by the caller; one buffer for self-attention); lse (natural log) and row_dot [BH, N]. Tiles
+// D wide, the head dim kDim ≤ D zero-padded as in the forward kernel. kDropout: the mask of
+// `dropout` redrawn per tile, P̃ for dV and dP = dP̃ ∘ Z/(1 − p) for dS.
+//
+// Query tile `it` arrives on mbarrier full[it % kStages]: Q and dO by the copy engine, LSE and D
+// by cp.async of the warp that issued it; the last of the block's 8 warps to finish with a stage
+// refills it. The warpgroups meet once per tile at D = 128, where each one's dQ columns need both
+// halves of dSᵀ, and never at D = 64, where each reduces dQ over its own keys.
 template <class T, int D, int kDim, bool kDropout>
 __global__ void __launch_bounds__(256, 1)
-    backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
-                    const T* __restrict__ dO, const float* __restrict__ lse, const float* __restrict__ row_dot,
-                    float* dq_accumulator, float* dkv_accumulator, Extents extents, float scale, float scale_log2,
+    backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
+                    const float* __restrict__ lse, const float* __restrict__ row_dot, float* dq_accumulator,
+                    float* dkv_accumulator, Extents extents, float scale, float scale_log2,
                     philox::DropoutMask dropout) {
   using Plan = BackwardPlan<D>;
   using KVTile = typename Plan::KVTile;
@@ -340,22 +388,23 @@ __global__ void __launch_bounds__(256, 1)
   extern __shared__ unsigned char shared_raw[];
   const uint32_t sK = aligned_shared_base(shared_raw);
   const uint32_t sV = sK + Plan::kKBytes;
-  const uint32_t sQ = sV + Plan::kKBytes;          // [2]
-  const uint32_t sdO = sQ + 2 * Plan::kQBytes;     // [2]
-  const uint32_t sdS = sdO + 2 * Plan::kQBytes;
-  const uint32_t sDq = sdS + DsTile::kBytes;
-  const uint32_t sLse = sDq + Plan::kDqBytes;      // [2][64] fp32
-  const uint32_t sRowDot = sLse + 2 * Plan::kQueries * 4;
+  const uint32_t sQ = sV + Plan::kKBytes;                  // [kStages]
+  const uint32_t sdO = sQ + Plan::kStages * Plan::kQBytes;  // [kStages]
+  const uint32_t sdS = sdO + Plan::kStages * Plan::kQBytes; // [2]
+  const uint32_t sDq = sdS + 2 * DsTile::kBytes;
+  const uint32_t sLse = sDq + Plan::kDqBytes;               // [kStages][64] fp32
+  const uint32_t sRowDot = sLse + Plan::kStages * Plan::kQueries * 4;
+  const uint32_t kv_full = sRowDot + Plan::kStages * Plan::kQueries * 4;
+  const uint32_t full = kv_full + 8;                        // [kStages] mbarriers
+  const uint32_t released = full + 8 * Plan::kStages;       // [kStages] counts of warps done
   float* lse_tile = reinterpret_cast<float*>(generic_at(shared_raw, sLse));
   float* row_dot_tile = reinterpret_cast<float*>(generic_at(shared_raw, sRowDot));
-  unsigned char* keep_tiles = generic_at(shared_raw, sRowDot + 2 * Plan::kQueries * 4);  // kDropout: [2][64][kMaskLd]
+  unsigned char* keep_tiles = generic_at(shared_raw, kv_full + Plan::kBarrierBytes);  // kDropout: [2 wg][2][64][kMaskLd]
   float* dq_tile = reinterpret_cast<float*>(generic_at(shared_raw, sDq));
-  unsigned char* ds_tile = generic_at(shared_raw, sdS);
 
   const int64_t seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
   const bool causal = extents.causal;
   const int64_t kv_head = blockIdx.y, k0 = int64_t(blockIdx.x) * Plan::kKeys;
-  const int64_t kv_offset = kv_head * seq_k * kDim;
   const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads;
   const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
   const int key_local[2] = {warpgroup * 64 + warp * 16 + g, warpgroup * 64 + warp * 16 + g + 8};
@@ -375,64 +424,89 @@ __global__ void __launch_bounds__(256, 1)
   const int heads_here = max(0, min(extents.group_size - first_head, heads_per_split));
   const int query_tiles = tiles_per_head * heads_here;
   struct QueryTile {
-    int64_t row_offset;  // head · N: the query head's first row in Q, dO, LSE, D and dQ
-    int64_t q0;          // its first query
+    int64_t head;        // the query head
+    int64_t row_offset;  // head · N: its first row in Q, dO, LSE, D and dQ
+    int64_t q0;          // the tile's first query
   };
   auto next_tile = [&](QueryTile tile) {
     tile.q0 += Plan::kQueries;
     if (tile.q0 >= seq) {
       tile.q0 = first_query;
+      tile.head += 1;
       tile.row_offset += seq;
     }
     return tile;
   };
-  auto fetch_query_tile = [&](const QueryTile& tile, int buffer) {
-    const int64_t q0 = tile.q0, offset = tile.row_offset * kDim;
-    load_tile<T, Plan::kQueries, D, Plan::kThreads, kDim>(sQ + buffer * Plan::kQBytes, Q + offset, q0, seq, thread);
-    load_tile<T, Plan::kQueries, D, Plan::kThreads, kDim>(sdO + buffer * Plan::kQBytes, dO + offset, q0, seq, thread);
-    if (thread < Plan::kQueries) {
-      const bool inside = q0 + thread < seq;
-      const int64_t index = tile.row_offset + (inside ? q0 + thread : 0);
-      cp_async_4(sLse + (buffer * Plan::kQueries + thread) * 4, lse + index, inside);
-      cp_async_4(sRowDot + (buffer * Plan::kQueries + thread) * 4, row_dot + index, inside);
+  // By one whole warp: Q and dO through the copy engine (lane 0), LSE and D by cp.async (two rows a
+  // lane, zeros past N), all completing on the stage's mbarrier (1 + 32 arrivals a phase).
+  auto fetch_query_tile = [&](const QueryTile& tile, int stage) {
+    const uint32_t barrier = full + 8 * stage;
+    if (lane == 0) {
+      mbarrier_arrive_expect_bytes(barrier, 2 * Plan::kQBytes);
+      tma_load_tile<QTile>(sQ + stage * Plan::kQBytes, q_map, tile.q0, tile.head, barrier);
+      tma_load_tile<QTile>(sdO + stage * Plan::kQBytes, do_map, tile.q0, tile.head, barrier);
     }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = lane + 32 * half;
+      const bool inside = tile.q0 + r < seq;
+      const int64_t index = tile.row_offset + (inside ? tile.q0 + r : 0);
+      cp_async_4(sLse + (stage * Plan::kQueries + r) * 4, lse + index, inside);
+      cp_async_4(sRowDot + (stage * Plan::kQueries + r) * 4, row_dot + index, inside);
+    }
+    cp_async_arrive(barrier);
   };
-  // Dropout: the keep flags of a tile's 64 queries × 128 keys, drawn by the whole block — a quarter
-  // of the draws that each thread drawing its own elements would make (its elements are N_k apart) —
-  // into buffer `buffer`, for the next tile while this one's products run.
+  // Dropout: the keep flags of a tile's 64 queries × this warpgroup's 64 keys, drawn by its 128
+  // threads into flag buffer `buffer`, for the next tile while this one's products run; the
+  // warpgroup's (or the block's) barrier before dQ orders the draws before the next tile's reads,
+  // and this tile's reads (before that barrier) before the draws after it.
+  unsigned char* keep_here = keep_tiles + warpgroup * 2 * Plan::kQueries * Plan::kMaskLd;
   auto draw_tile_flags = [&](const QueryTile& tile, int buffer) {
-    draw_keep_flags<Plan::kQueries, Plan::kKeys, Plan::kMaskLd, Plan::kThreads>(
-        dropout, uint64_t((tile.row_offset + tile.q0) * seq_k + k0), seq_k,
-        keep_tiles + buffer * Plan::kQueries * Plan::kMaskLd, thread);
+    draw_keep_flags<Plan::kQueries, Plan::kKeys / 2, Plan::kMaskLd, kWarpgroupThreads>(
+        dropout, uint64_t((tile.row_offset + tile.q0) * seq_k + k0 + warpgroup * 64), seq_k,
+        keep_here + buffer * Plan::kQueries * Plan::kMaskLd, thread % kWarpgroupThreads);
   };
 
-  load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sK, K + kv_offset, k0, seq_k, thread);
-  load_tile<T, Plan::kKeys, D, Plan::kThreads, kDim>(sV, V + kv_offset, k0, seq_k, thread);
-  QueryTile tile{(kv_head * extents.group_size + first_head) * seq, first_query};
-  if (query_tiles > 0) fetch_query_tile(tile, 0);
-  cp_async_commit();
-  if constexpr (kDropout) {
-    if (query_tiles > 0) draw_tile_flags(tile, 0);  // read after the first tile's barrier
+  if (thread == 0) {
+    mbarrier_init(kv_full, 1);
+    for (int stage = 0; stage < Plan::kStages; ++stage) {
+      mbarrier_init(full + 8 * stage, 1 + 32);
+      *reinterpret_cast<uint32_t*>(generic_at(shared_raw, released + 4 * stage)) = 0;
+    }
+    fence_mbarrier_init();
   }
+  __syncthreads();  // the barriers exist before anyone waits on them or the copy engine completes on them
+  QueryTile tile{kv_head * extents.group_size + first_head, (kv_head * extents.group_size + first_head) * seq,
+                 first_query};
+  const bool first_warp = thread < 32;
+  if (first_warp && lane == 0 && query_tiles > 0) {
+    mbarrier_arrive_expect_bytes(kv_full, 2 * Plan::kKBytes);
+    tma_load_tile<KVTile>(sK, k_map, k0, kv_head, kv_full);
+    tma_load_tile<KVTile>(sV, v_map, k0, kv_head, kv_full);
+  }
+  QueryTile refill = tile;  // the tile kStages after `tile`: what the stage refilled next receives
+  for (int stage = 0; stage < Plan::kStages; ++stage, refill = next_tile(refill))
+    if (first_warp && stage < query_tiles) fetch_query_tile(refill, stage);
+  if constexpr (kDropout) {
+    if (query_tiles > 0) draw_tile_flags(tile, 0);
+    warpgroup_barrier(warpgroup);  // the first tile's flags are drawn before its reads
+  }
+  if (query_tiles > 0) mbarrier_wait(kv_full, 0);
 
   // The threads that reduce dQ into the accumulator: the first 64 of each warpgroup, a row each.
   const bool reducer = thread % kWarpgroupThreads < Plan::kQueries;
   float dk[D / 2], dv[D / 2];  // this warpgroup's 64 keys × D
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
-  for (int it = 0; it < query_tiles; ++it, tile = next_tile(tile)) {
-    const int buffer = it & 1;
+  int stage = 0;
+  uint32_t phase = 0;  // of the stage's mbarrier for this use of it
+  for (int it = 0; it < query_tiles; ++it, tile = next_tile(tile), refill = next_tile(refill)) {
+    const int buffer = it & 1;  // of dSᵀ and the dropout flags
     const int64_t q0 = tile.q0, row_offset = tile.row_offset;
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // tile it is in shared memory; tile it − 1's buffers are free
-    if (it + 1 < query_tiles) {
-      fetch_query_tile(next_tile(tile), buffer ^ 1);
-      cp_async_commit();
-    }
-    const uint32_t sQi = sQ + buffer * Plan::kQBytes, sdOi = sdO + buffer * Plan::kQBytes;
-    const float* lse_i = lse_tile + buffer * Plan::kQueries;
-    const float* row_dot_i = row_dot_tile + buffer * Plan::kQueries;
+    mbarrier_wait(full + 8 * stage, phase);  // tile it is in shared memory
+    const uint32_t sQi = sQ + stage * Plan::kQBytes, sdOi = sdO + stage * Plan::kQBytes;
+    const float* lse_i = lse_tile + stage * Plan::kQueries;
+    const float* row_dot_i = row_dot_tile + stage * Plan::kQueries;
 
     // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for this warpgroup's 64 keys × 64 queries, as two groups: the
     // exponentials of Pᵀ run while dPᵀ is still on the tensor cores.
@@ -452,9 +526,6 @@ __global__ void __launch_bounds__(256, 1)
                                       advance(do_desc, k_major_step<QTile>(kk)), kk > 0);
     wgmma_commit();
     if constexpr (kDropout) {
-      // The next tile's flags while the products run: its buffer was last read in the previous
-      // iteration, before this one's first barrier; the next iteration's first barrier orders these
-      // writes before its reads.
       if (it + 1 < query_tiles) draw_tile_flags(next_tile(tile), buffer ^ 1);
     }
     wgmma_wait<1>();
@@ -489,13 +560,13 @@ __global__ void __launch_bounds__(256, 1)
     pin(dpt);
     if constexpr (kDropout) {
       // dSᵀ = Pᵀ ∘ (dPᵀ ∘ Z/(1 − p) − D), then Pᵀ becomes P̃ᵀ for dV, Z from the tile's flags.
-      const unsigned char* keep = keep_tiles + buffer * Plan::kQueries * Plan::kMaskLd;
+      const unsigned char* keep = keep_here + buffer * Plan::kQueries * Plan::kMaskLd;
 #pragma unroll
       for (int c = 0; c < 8; ++c)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int local_query = 8 * c + 2 * t + (e & 1);
-          const float factor = keep[local_query * Plan::kMaskLd + key_local[e / 2]] ? dropout.scale : 0.0f;
+          const float factor = keep[local_query * Plan::kMaskLd + key_local[e / 2] - warpgroup * 64] ? dropout.scale : 0.0f;
           dpt[4 * c + e] = st[4 * c + e] * (dpt[4 * c + e] * factor - row_dot_i[8 * c + 2 * t + (e & 1)]);
           st[4 * c + e] *= factor;
         }
@@ -527,7 +598,11 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_commit();
 
     // dSᵀ into shared memory for dQ while those run: register pair (c, h) of the fragments is
-    // (key_local[h], queries 8c + 2t, +1); fragment kk = c/2 holds it in a[2·(c%2) + h].
+    // (key_local[h], queries 8c + 2t, +1); fragment kk = c/2 holds it in a[2·(c%2) + h]. Buffer
+    // `buffer` was last read by the dQ products of tile it − 2, which both warpgroups finished
+    // before they passed tile it − 1's barrier.
+    const uint32_t sdSi = sdS + buffer * DsTile::kBytes;
+    unsigned char* ds_tile = generic_at(shared_raw, sdSi);
 #pragma unroll
     for (int c = 0; c < 8; ++c)
 #pragma unroll
@@ -535,15 +610,20 @@ __global__ void __launch_bounds__(256, 1)
         *reinterpret_cast<uint32_t*>(ds_tile + DsTile::offset(key_local[h], 8 * c + 2 * t)) =
             dsa[c / 2][2 * (c % 2) + h];
     fence_proxy_async();
-    if (reducer) bulk_wait_read();  // the last tile's dQ reduction has read its rows
-    __syncthreads();                // all of dSᵀ is written; the dQ tile is free
+    if (reducer) bulk_wait_read();  // this warpgroup's last dQ reduction has read its rows
+    // D = 128: all of dSᵀ is written (each warpgroup's dQ columns sum over both halves of the keys);
+    // D = 64: this warpgroup's half is, and its part of the dQ tile is free.
+    if constexpr (D == 128)
+      __syncthreads();
+    else
+      warpgroup_barrier(warpgroup);
 
     // dQ = dS·K: A = dSᵀ [keys][queries] read M-major, B = K [keys][D] read N-major.
     // D = 128: warpgroup w takes columns 64w..64w+63 over all 128 keys; D = 64: all columns over
     // its own 64 keys (k-steps 4w..4w+3).
     constexpr int kDqSteps = D == 128 ? Plan::kKeys / 16 : 4;
     const int first_step = D == 128 ? 0 : 4 * warpgroup;
-    const uint64_t ds_desc = advance(opaque(mn_major_base<DsTile>(sdS, 0)), mn_major_step<DsTile>(first_step));
+    const uint64_t ds_desc = advance(opaque(mn_major_base<DsTile>(sdSi, 0)), mn_major_step<DsTile>(first_step));
     const uint64_t k_t_desc =
         advance(opaque(mn_major_base<KVTile>(sK, D == 128 ? warpgroup * 64 : 0)), mn_major_step<KVTile>(first_step));
     float dq[32];
@@ -557,6 +637,14 @@ __global__ void __launch_bounds__(256, 1)
     pin(dq);
     pin(dk);
     pin(dv);
+
+    // This warp is done with the stage (Q and dO by the products above, LSE and D before them);
+    // the last of the 8 refills it with the tile kStages further on.
+    {
+      uint32_t last = 0;
+      if (lane == 0) last = count_in(released + 4 * stage) % Plan::kWarps == Plan::kWarps - 1;
+      if (__shfl_sync(0xffffffffu, last, 0) && it + Plan::kStages < query_tiles) fetch_query_tile(refill, stage);
+    }
 
     // Each warpgroup writes its part of dQ (D = 128: its 64 columns; D = 64: its own partial tile)
     // and its first 64 threads reduce one 256-byte row piece each: no block-wide barrier needed.
@@ -580,9 +668,12 @@ __global__ void __launch_bounds__(256, 1)
                         sDq + uint32_t(((part * Plan::kQueries + r) * Plan::kDqLd + column0) * 4), piece * 4);
       bulk_commit();
     }
+    if (++stage == Plan::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
   }
   if (reducer) bulk_wait();
-  cp_async_wait<0>();  // a block no query sees still issued its first loads
 
   // dK + dV of this block's keys (with self-attention other blocks may be adding dQ to the same rows).
 #pragma unroll
@@ -599,6 +690,13 @@ __global__ void __launch_bounds__(256, 1)
 
 // ---- launchers -------------------------------------------------------------------------------------
 
+// The tensor map of a [heads][rows][kDim] operand read in SwizzledTile boxes of box_rows rows.
+template <class T>
+CUtensorMap operand_map(const void* base, int64_t head_dim, int64_t rows, int64_t heads, int box_rows) {
+  return swizzled_tile_map(base, std::is_same_v<T, __nv_bfloat16> ? Dtype::bf16 : Dtype::fp16, head_dim, rows, heads,
+                           box_rows);
+}
+
 template <class T, int D, int kDim, bool kDropout>
 void forward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    cudaStream_t stream) {
@@ -607,10 +705,24 @@ void forward_typed(const LayerShape& shape, const void* Q, const void* K, const 
   check_cuda(cudaFuncSetAttribute(forward_kernel<T, D, kDim, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   kSharedBytes),
              "cudaFuncSetAttribute(forward_kernel)");
+  const int64_t heads = shape.heads_total, kv_heads = shape.kv_heads_total();
   forward_kernel<T, D, kDim, kDropout><<<tile_grid(shape, Plan::kQueries), Plan::kThreads, kSharedBytes, stream>>>(
-      static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), lse,
-      Extents::of(shape), shape.scale * kLog2e, shape.dropout);
+      operand_map<T>(Q, kDim, shape.seq, heads, Plan::kQueries), operand_map<T>(K, kDim, shape.seq_k, kv_heads, Plan::kKeys),
+      operand_map<T>(V, kDim, shape.seq_k, kv_heads, Plan::kKeys), static_cast<T*>(O), lse, Extents::of(shape),
+      shape.scale * kLog2e, shape.dropout);
   check_launch("forward_kernel (wgmma)");
+}
+
+// The number of SMs of the current device, asked once per device (a launch asks for it).
+int multiprocessor_count() {
+  static thread_local int cached_device = -1, cached_count = 1;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (device != cached_device) {
+    check_cuda(cudaDeviceGetAttribute(&cached_count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    cached_device = device;
+  }
+  return cached_count;
 }
 
 template <class T, int D, int kDim, bool kDropout>
@@ -627,18 +739,19 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
   // a few blocks each walking every query head.
   if (shape.kv_heads_total() > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 K/V heads (B·G)");
   const int64_t key_blocks = (shape.seq_k + Plan::kKeys - 1) / Plan::kKeys;
-  int device = 0, sms = 1;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  const int64_t sms = multiprocessor_count();
   int64_t splits = 1;
-  while (splits < shape.group_size && key_blocks * shape.kv_heads_total() * splits < 2 * int64_t(sms)) ++splits;
+  while (splits < shape.group_size && key_blocks * shape.kv_heads_total() * splits < 2 * sms) ++splits;
   const int64_t heads_per_split = (shape.group_size + splits - 1) / splits;
   splits = std::min<int64_t>((shape.group_size + heads_per_split - 1) / heads_per_split, 65535);  // none empty
   const dim3 grid(static_cast<unsigned>(key_blocks), static_cast<unsigned>(shape.kv_heads_total()),
                   static_cast<unsigned>(splits));
+  const int64_t heads = shape.heads_total, kv_heads = shape.kv_heads_total();
   backward_kernel<T, D, kDim, kDropout><<<grid, Plan::kThreads, kSharedBytes, stream>>>(
-      static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<const T*>(dO), lse,
-      row_dot, dq_accumulator, dkv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
+      operand_map<T>(Q, kDim, shape.seq, heads, Plan::kQueries), operand_map<T>(K, kDim, shape.seq_k, kv_heads, Plan::kKeys),
+      operand_map<T>(V, kDim, shape.seq_k, kv_heads, Plan::kKeys), operand_map<T>(dO, kDim, shape.seq, heads, Plan::kQueries),
+      lse, row_dot, dq_accumulator, dkv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e,
+      shape.dropout);
   check_launch("backward_kernel (wgmma)");
 }
 

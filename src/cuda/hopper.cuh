@@ -1,7 +1,7 @@
 #pragma once
 // Hopper (sm_90a) primitives for the v2 kernels of flash_wgmma.cu, in inline PTX: warpgroup matrix
 // products (wgmma), their shared-memory descriptors and the 128-byte-swizzled tile layout they read,
-// asynchronous copies into that layout, and bulk reductions from shared to global memory.
+// the copy engine (TMA) filling that layout on mbarriers, and bulk reductions from shared to global memory.
 //
 // A warpgroup is 4 consecutive warps (128 threads) starting at a warp index divisible by 4.
 // wgmma.m64nNk16 computes D[64×N] (+)= A[64×16]·B[16×N] with fp32 accumulators in registers:
@@ -15,6 +15,7 @@
 // Products are asynchronous: issue after wgmma_fence(), group with wgmma_commit(), and read the
 // accumulators only after wgmma_wait<0>() and pin() (which stops the compiler from moving their
 // reads above the wait).
+#include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -197,42 +198,80 @@ FLASHBENCH_DEFINE_WGMMA(__half, "f16")
 #undef FLASHBENCH_WGMMA_D64
 #undef FLASHBENCH_WGMMA_D32
 
+// ---- mbarriers and the tensor copy engine ----------------------------------------------------------
+//
+// A tile fetched by the copy engine (cp.async.bulk.tensor, "TMA") lands in shared memory without a
+// thread issuing a copy per 16 bytes: one thread names the tile by its coordinates in a tensor map
+// (made on the host, passed as a __grid_constant__ kernel parameter) and the bytes complete on an
+// mbarrier, on which the readers wait. The tensor maps of these kernels are [heads][rows][width] of
+// 16-bit elements with 128-byte swizzling and boxes of [box rows][64 columns]: one box is one panel
+// of a SwizzledTile, laid out exactly as SwizzledTile::offset says (the swizzle is a function of the
+// address bits, and panels start on 1024-byte boundaries). Rows past the tensor, and columns past a
+// head dim narrower than the tile, arrive as zeros.
+
+__device__ __forceinline__ void mbarrier_init(uint32_t barrier, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
+}
+// After the initialisations, before the barrier that publishes them (to the copy engine too).
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also expects `bytes` from the copy engine in the current phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint32_t barrier, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+}
+// One arrival once every cp.async this thread has issued so far has landed (counted in the
+// barrier's arrivals at init: .noinc).
+__device__ __forceinline__ void cp_async_arrive(uint32_t barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
+}
+// Wait until the phase of parity `parity` has completed (its arrivals and bytes all in).
+__device__ __forceinline__ void mbarrier_wait(uint32_t barrier, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(barrier), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// counter += 1 in shared memory with acquire-release order at block scope; returns the old value.
+// The last of several warps to count a buffer free sees all the others' reads of it finished.
+__device__ __forceinline__ uint32_t count_in(uint32_t counter) {
+  uint32_t old;
+  asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;\n" : "=r"(old) : "r"(counter) : "memory");
+  return old;
+}
+
+// Box (column, row, head) of `map` into shared memory at `destination`, completing on `barrier`.
+__device__ __forceinline__ void tma_load_3d(uint32_t destination, const CUtensorMap& map, int column, int row,
+                                            int head, uint32_t barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(destination),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(column), "r"(row), "r"(head), "r"(barrier)
+      : "memory");
+}
+
+// Rows row0.. of head `head` into a whole SwizzledTile (Tile::kBytes on `barrier`), a box per panel.
+template <class Tile>
+__device__ __forceinline__ void tma_load_tile(uint32_t tile, const CUtensorMap& map, int64_t row0, int64_t head,
+                                              uint32_t barrier) {
+#pragma unroll
+  for (int panel = 0; panel < Tile::kBytes / Tile::kPanelBytes; ++panel)
+    tma_load_3d(tile + panel * Tile::kPanelBytes, map, 64 * panel, int(row0), int(head), barrier);
+}
+
 // ---- copies ----------------------------------------------------------------------------------------
 
-__device__ __forceinline__ void cp_async_16(uint32_t destination, const void* source, bool inside) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(source),
-               "r"(inside ? 16 : 0));
-}
+// 4 bytes from global to shared memory, asynchronously; zeros where !inside. Completion is tracked
+// by an mbarrier (cp_async_arrive).
 __device__ __forceinline__ void cp_async_4(uint32_t destination, const void* source, bool inside) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(source),
                "r"(inside ? 4 : 0));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// Rows row0..row0+kRows-1 of a [N, kWidth] row-major matrix into a SwizzledTile<kRows, kCols> by
-// kThreads threads, 16 bytes per copy (8 elements); rows at or past `seq`, and the columns from
-// kWidth to kCols (a head dim padded to the tile's), are zero-filled. Threads with consecutive
-// indices read consecutive 16-byte chunks of a row.
-template <class T, int kRows, int kCols, int kThreads, int kWidth = kCols>
-__device__ __forceinline__ void load_tile(uint32_t tile, const T* __restrict__ matrix, int64_t row0, int64_t seq,
-                                          int thread) {
-  static_assert(kWidth <= kCols && kWidth % 8 == 0, "whole 16-byte chunks of a row no wider than the tile");
-  constexpr int kChunksPerRow = kCols / 8;
-  static_assert(kRows * kChunksPerRow % kThreads == 0, "every thread copies the same number of chunks");
-#pragma unroll
-  for (int i = 0; i < kRows * kChunksPerRow / kThreads; ++i) {
-    const int c = thread + i * kThreads;
-    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-    const bool inside = row0 + r < seq && (kWidth == kCols || col < kWidth);
-    cp_async_16(tile + SwizzledTile<kRows, kCols>::offset(r, col), matrix + (inside ? (row0 + r) * kWidth + col : 0),
-                inside);
-  }
-}
-
 // global[0..bytes) += shared[0..bytes) (fp32), asynchronously; 16-byte aligned, bytes % 16 == 0.
 __device__ __forceinline__ void bulk_reduce_add(float* global, uint32_t shared, uint32_t bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global),
