@@ -15,8 +15,8 @@
 //   dQ  = dS·K over the block's keys                (dSᵀ through shared memory, both MN-major)
 // Sᵀ and dPᵀ are two commit groups, so the exponentials start while dPᵀ is still on the tensor
 // cores, and dSᵀ is stored for dQ while the dV and dK products run. dQ goes to the fp32
-// accumulator by bulk reductions (cp.reduce.async.bulk, one 256-byte row piece per thread) instead
-// of per-element atomics; dK and dV once at the end.
+// accumulator by the copy engine's reductions (cp.reduce.async.bulk.tensor, [64][32] boxes from a
+// swizzled tile) instead of per-element atomics; dK and dV once at the end.
 //
 // Tiles arrive by the copy engine (TMA, one thread names a tile in a tensor map) on mbarriers, two
 // stages deep; the last warp of the block to finish with a stage refills it. So the threads that
@@ -340,15 +340,15 @@ struct BackwardPlan {
   using KVTile = SwizzledTile<kKeys, D>;
   using QTile = SwizzledTile<kQueries, D>;
   using DsTile = SwizzledTile<kKeys, kQueries>;  // dSᵀ [keys][queries]
-  // dQ of one query tile in fp32, rows padded by 8 floats: a half-warp's 8-byte stores of 4 rows
-  // then land in distinct banks, and each row stays 16-byte aligned for its bulk reduction.
-  static constexpr int kDqLd = D + 8;
+  // dQ of one query tile in fp32, swizzled as the copy engine reads it for its reduction into the
+  // accumulator (boxes of [64 rows][32 columns]).
+  using DqTile = SwizzledFloatTile<kQueries, D>;
   // D = 128: the warpgroups split dQ's columns, one [64][D] tile; D = 64: they split the keys,
   // each writing and reducing its own partial tile.
   static constexpr int kDqParts = D == 64 ? 2 : 1;
   static constexpr int kKBytes = KVTile::kBytes;
   static constexpr int kQBytes = QTile::kBytes;
-  static constexpr int kDqBytes = kDqParts * kQueries * kDqLd * 4;
+  static constexpr int kDqBytes = kDqParts * DqTile::kBytes;
   // mbarriers (K and V; one per stage), the per-stage counts of warps done with it.
   static constexpr int kBarrierBytes = 8 * (1 + kStages) + 4 * kStages;
   // K, V; a Q and a dO tile per stage; dSᵀ twice (a warpgroup may write the next tile's while the
@@ -365,8 +365,9 @@ struct BackwardPlan {
 // grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
 // heads that read its K/V head, so dK and dV sum over the group in registers. q_map, do_map: the
 // tensor maps of Q, dO [BH, N, kDim] (boxes of 64 rows); k_map, v_map of K, V [BG, N_k, kDim] (128).
-// Adds dQ into dq_accumulator [BH, N, kDim] and dK + dV into dkv_accumulator [BG, N_k, kDim] (fp32,
-// zeroed by the caller; one buffer for self-attention); lse (natural log) and row_dot [BH, N]. Tiles
+// Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of 64 rows) and dK + dV into
+// dkv_accumulator [BG, N_k, kDim] (fp32, both zeroed by the caller; one buffer for self-attention);
+// lse (natural log) and row_dot [BH, N]. Tiles
 // D wide, the head dim kDim ≤ D zero-padded as in the forward kernel. kDropout: the mask of
 // `dropout` redrawn per tile, P̃ for dV and dP = dP̃ ∘ Z/(1 − p) for dS.
 //
@@ -378,13 +379,14 @@ template <class T, int D, int kDim, bool kDropout>
 __global__ void __launch_bounds__(256, 1)
     backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                     const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
-                    const float* __restrict__ lse, const float* __restrict__ row_dot, float* dq_accumulator,
-                    float* dkv_accumulator, Extents extents, float scale, float scale_log2,
+                    const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ lse,
+                    const float* __restrict__ row_dot, float* dkv_accumulator, Extents extents, float scale, float scale_log2,
                     philox::DropoutMask dropout) {
   using Plan = BackwardPlan<D>;
   using KVTile = typename Plan::KVTile;
   using QTile = typename Plan::QTile;
   using DsTile = typename Plan::DsTile;
+  using DqTile = typename Plan::DqTile;
   extern __shared__ unsigned char shared_raw[];
   const uint32_t sK = aligned_shared_base(shared_raw);
   const uint32_t sV = sK + Plan::kKBytes;
@@ -400,7 +402,6 @@ __global__ void __launch_bounds__(256, 1)
   float* lse_tile = reinterpret_cast<float*>(generic_at(shared_raw, sLse));
   float* row_dot_tile = reinterpret_cast<float*>(generic_at(shared_raw, sRowDot));
   unsigned char* keep_tiles = generic_at(shared_raw, kv_full + Plan::kBarrierBytes);  // kDropout: [2 wg][2][64][kMaskLd]
-  float* dq_tile = reinterpret_cast<float*>(generic_at(shared_raw, sDq));
 
   const int64_t seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
   const bool causal = extents.causal;
@@ -493,8 +494,8 @@ __global__ void __launch_bounds__(256, 1)
   }
   if (query_tiles > 0) mbarrier_wait(kv_full, 0);
 
-  // The threads that reduce dQ into the accumulator: the first 64 of each warpgroup, a row each.
-  const bool reducer = thread % kWarpgroupThreads < Plan::kQueries;
+  // The thread of each warpgroup that hands its part of dQ to the copy engine.
+  const bool reducer = thread % kWarpgroupThreads == 0;
   float dk[D / 2], dv[D / 2];  // this warpgroup's 64 keys × D
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
@@ -610,7 +611,7 @@ __global__ void __launch_bounds__(256, 1)
         *reinterpret_cast<uint32_t*>(ds_tile + DsTile::offset(key_local[h], 8 * c + 2 * t)) =
             dsa[c / 2][2 * (c % 2) + h];
     fence_proxy_async();
-    if (reducer) bulk_wait_read();  // this warpgroup's last dQ reduction has read its rows
+    if (reducer) bulk_wait_read();  // this warpgroup's last dQ reduction has read its part of the tile
     // D = 128: all of dSᵀ is written (each warpgroup's dQ columns sum over both halves of the keys);
     // D = 64: this warpgroup's half is, and its part of the dQ tile is free.
     if constexpr (D == 128)
@@ -647,25 +648,27 @@ __global__ void __launch_bounds__(256, 1)
     }
 
     // Each warpgroup writes its part of dQ (D = 128: its 64 columns; D = 64: its own partial tile)
-    // and its first 64 threads reduce one 256-byte row piece each: no block-wide barrier needed.
+    // and one of its threads hands it to the copy engine, which adds it into the accumulator a
+    // [64 rows][32 columns] box at a time (rows past N and columns past kDim are dropped): no
+    // block-wide barrier needed.
     const int part = Plan::kDqParts == 2 ? warpgroup : 0, column0 = Plan::kDqParts == 2 ? 0 : warpgroup * 64;
-    float* dq_part = dq_tile + part * Plan::kQueries * Plan::kDqLd;
+    const uint32_t dq_part = sDq + part * DqTile::kBytes;
+    unsigned char* dq_tile = generic_at(shared_raw, dq_part);
 #pragma unroll
     for (int c = 0; c < 8; ++c)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        *reinterpret_cast<float2*>(dq_part + (warp * 16 + g + 8 * h) * Plan::kDqLd + column0 + 8 * c + 2 * t) =
+        *reinterpret_cast<float2*>(dq_tile + DqTile::offset(warp * 16 + g + 8 * h, column0 + 8 * c + 2 * t)) =
             make_float2(scale * dq[4 * c + 2 * h], scale * dq[4 * c + 2 * h + 1]);
     fence_proxy_async();
     warpgroup_barrier(warpgroup);
     if (reducer) {
-      const int r = thread % kWarpgroupThreads;
-      // The row piece's columns that exist: 64, or what is left of a padded head dim (96: 64 + 32).
-      constexpr int kFirstPiece = kDim < 64 ? kDim : 64, kSecondPiece = kDim - 64 < 64 ? kDim - 64 : 64;
-      const int piece = Plan::kDqParts == 2 || warpgroup == 0 ? kFirstPiece : kSecondPiece;
-      if (q0 + r < seq && piece > 0)
-        bulk_reduce_add(dq_accumulator + (row_offset + q0 + r) * kDim + column0,
-                        sDq + uint32_t(((part * Plan::kQueries + r) * Plan::kDqLd + column0) * 4), piece * 4);
+#pragma unroll
+      for (int box = 0; box < 2; ++box) {
+        const int column = column0 + 32 * box;
+        if (column < kDim)
+          tma_reduce_add_3d(dq_map, dq_part + (column / 32) * DqTile::kPanelBytes, column, int(q0), int(tile.head));
+      }
       bulk_commit();
     }
     if (++stage == Plan::kStages) {
@@ -750,8 +753,8 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
   backward_kernel<T, D, kDim, kDropout><<<grid, Plan::kThreads, kSharedBytes, stream>>>(
       operand_map<T>(Q, kDim, shape.seq, heads, Plan::kQueries), operand_map<T>(K, kDim, shape.seq_k, kv_heads, Plan::kKeys),
       operand_map<T>(V, kDim, shape.seq_k, kv_heads, Plan::kKeys), operand_map<T>(dO, kDim, shape.seq, heads, Plan::kQueries),
-      lse, row_dot, dq_accumulator, dkv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e,
-      shape.dropout);
+      swizzled_tile_map(dq_accumulator, Dtype::fp32, kDim, shape.seq, heads, Plan::kQueries), lse, row_dot,
+      dkv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
   check_launch("backward_kernel (wgmma)");
 }
 

@@ -45,6 +45,21 @@ struct SwizzledTile {
   }
 };
 
+// The same 128-byte swizzle for a [kRows][kCols] tile of fp32: kCols/32 panels of [kRows][32 floats]
+// (one 128-byte line per row), 16-byte chunk c of row r at chunk c ^ (r % 8). It is what the copy
+// engine reads for a tensor map of fp32 boxes [kRows][32] with 128-byte swizzling, and a warp's
+// 8-byte stores of a wgmma accumulator fragment into it (8 rows, 4 column pairs) hit every bank pair
+// twice at most, where an unswizzled row-major tile puts all 8 rows on the same banks.
+template <int kRows, int kCols>
+struct SwizzledFloatTile {
+  static_assert(kCols % 32 == 0 && kRows % 8 == 0, "whole 32-column panels of whole 8-row groups");
+  static constexpr int kPanelBytes = kRows * 128;
+  static constexpr int kBytes = kPanelBytes * (kCols / 32);
+  __device__ __forceinline__ static uint32_t offset(int row, int col) {
+    return (col / 32) * kPanelBytes + row * 128 + ((((col % 32) / 4) ^ (row % 8)) << 4) + (col % 4) * 4;
+  }
+};
+
 // ---- descriptors ---------------------------------------------------------------------------------
 
 // The matrix descriptor: start address, leading- and stride-dimension byte offsets (each >> 4, 14
@@ -255,6 +270,18 @@ __device__ __forceinline__ void tma_load_3d(uint32_t destination, const CUtensor
       : "memory");
 }
 
+// global box (column, row, head) of `map` += the fp32 box at `source` in shared memory, by the copy
+// engine, as a bulk operation of this thread (bulk_commit / bulk_wait_read / bulk_wait); rows and
+// columns of the box outside the tensor are left alone.
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap& map, uint32_t source, int column, int row,
+                                                  int head) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(&map)),
+      "r"(source), "r"(column), "r"(row), "r"(head)
+      : "memory");
+}
+
 // Rows row0.. of head `head` into a whole SwizzledTile (Tile::kBytes on `barrier`), a box per panel.
 template <class Tile>
 __device__ __forceinline__ void tma_load_tile(uint32_t tile, const CUtensorMap& map, int64_t row0, int64_t head,
@@ -271,12 +298,6 @@ __device__ __forceinline__ void tma_load_tile(uint32_t tile, const CUtensorMap& 
 __device__ __forceinline__ void cp_async_4(uint32_t destination, const void* source, bool inside) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(source),
                "r"(inside ? 4 : 0));
-}
-// global[0..bytes) += shared[0..bytes) (fp32), asynchronously; 16-byte aligned, bytes % 16 == 0.
-__device__ __forceinline__ void bulk_reduce_add(float* global, uint32_t shared, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global),
-               "r"(shared), "r"(bytes)
-               : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // This thread's bulk operations have finished reading shared memory (it may be rewritten).
