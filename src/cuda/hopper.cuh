@@ -104,6 +104,10 @@ __device__ __forceinline__ uint64_t opaque(uint64_t x) {
   asm volatile("" : "+l"(x));
   return x;
 }
+__device__ __forceinline__ uint32_t opaque(uint32_t x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
 
 // ---- wgmma ---------------------------------------------------------------------------------------
 
@@ -302,7 +306,7 @@ __device__ __forceinline__ void cp_async_4(uint32_t destination, const void* sou
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // This thread's bulk operations have finished reading shared memory (it may be rewritten).
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-// ... and have completed.
+// All of this thread's bulk operations have completed.
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 }  // namespace flashbench::cuda::hopper
