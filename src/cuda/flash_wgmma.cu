@@ -228,15 +228,13 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_wait<0>();
     pin(s);
 
-    // Scores in log2 units; masked ones (past N_k, or right of the diagonal) -INF. The test is
-    // skipped on interior tiles, where every key exists and every row of the block sees every key.
+    // Masked scores (past N_k, or right of the diagonal) -INF. The test is skipped on interior
+    // tiles, where every key exists and every row of the block sees every key. The scores stay
+    // unscaled: the scale (> 0) goes into the maximum once and into each exponent's FMA.
     const int64_t k0 = int64_t(j) * Plan::kKeys;
     const bool interior = k0 + Plan::kKeys <= seq_k && (!causal || k0 + Plan::kKeys - 1 <= q0 + shift);
     float tile_max[2] = {-INFINITY, -INFINITY};
-    if (interior) {
-#pragma unroll
-      for (int i = 0; i < Plan::kKeys / 2; ++i) s[i] *= scale_log2;
-    } else {
+    if (!interior) {
       const int keys_left = int(min(seq_k - k0, int64_t(Plan::kKeys)));
       // The last visible local key of each row (causal), clamped into int range.
       const int diagonal[2] = {int(max(min(row[0] + shift - k0, int64_t(Plan::kKeys)), int64_t(-1))),
@@ -247,7 +245,7 @@ __global__ void __launch_bounds__(256, 1)
         for (int e = 0; e < 4; ++e) {
           const int local_key = 8 * c + 2 * t + (e & 1);
           const bool visible = local_key < keys_left && (!causal || local_key <= diagonal[e / 2]);
-          s[4 * c + e] = visible ? s[4 * c + e] * scale_log2 : -INFINITY;
+          if (!visible) s[4 * c + e] = -INFINITY;
         }
     }
 #pragma unroll
@@ -259,7 +257,7 @@ __global__ void __launch_bounds__(256, 1)
     for (int h = 0; h < 2; ++h) {
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-      const float new_max = fmaxf(m[h], tile_max[h]);
+      const float new_max = fmaxf(m[h], tile_max[h] * scale_log2);  // log2 units
       shift[h] = new_max == -INFINITY ? 0.0f : new_max;  // a row with nothing visible yet stays at 0
       alpha[h] = exp2f(m[h] - shift[h]);
       m[h] = new_max;
@@ -269,7 +267,7 @@ __global__ void __launch_bounds__(256, 1)
     for (int c = 0; c < Plan::kKeys / 8; ++c)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[4 * c + e] = fast_exp2(s[4 * c + e] - shift[e / 2]);
+        s[4 * c + e] = fast_exp2(fmaf(s[4 * c + e], scale_log2, -shift[e / 2]));
         tile_sum[e / 2] += s[4 * c + e];
       }
 #pragma unroll
