@@ -13,16 +13,21 @@ peer files side by side) through results.py, and prints, for every (d, N, causal
   without inputs).
 
 A missing cell is "–": a peer that did not run the shape, an `oom` or `skipped` row (its status is
-written instead). Every number comes from the files; nothing is restated here.
+written instead). Every number comes from the files; nothing is restated here. Rows measured with
+`--cold` are left out of that table.
 
-Usage: python3 scripts/gpu_table.py RESULTS... [--impl v2]
+With --warm-cold it prints instead, for every flashbench implementation and shape that has both a
+warm row and a `--cold` row (caches flushed before every pass), the forward and backward medians of
+each and the backward's cold/warm ratio.
+
+Usage: python3 scripts/gpu_table.py RESULTS... [--impl v2] [--warm-cold]
 """
 import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from results import ResultsError, median_ms, name_of, read_results  # noqa: E402
+from results import ResultsError, is_peer, median_ms, name_of, read_results  # noqa: E402
 
 GIB = float(1 << 30)
 
@@ -43,11 +48,22 @@ def peak_beyond_inputs(row):
 
 
 def collect(paths):
-    """{(d, N, causal): {name: row}} with peers named by their backend ("torch-sdpa-flash")."""
+    """{(d, N, causal): {name: row}} of the warm rows, peers named by their backend ("torch-sdpa-flash")."""
     table = {}
     for path in paths:
         for row in read_results(path).rows:
-            table.setdefault(shape_of(row), {})[name_of(row)] = row
+            if not row.get("cold"):
+                table.setdefault(shape_of(row), {})[name_of(row)] = row
+    return table
+
+
+def collect_warm_cold(paths):
+    """{(implementation, d, N, causal): {False: warm row, True: cold row}} of flashbench's own rows."""
+    table = {}
+    for path in paths:
+        for row in read_results(path).rows:
+            if not is_peer(row):
+                table.setdefault((name_of(row), *shape_of(row)), {})[bool(row.get("cold"))] = row
     return table
 
 
@@ -93,17 +109,36 @@ def markdown(table, implementation):
     return "\n".join(lines)
 
 
+def markdown_warm_cold(table):
+    lines = ["| implementation | d | N | causal | fwd warm ms | fwd cold ms | bwd warm ms | bwd cold ms | bwd cold/warm |",
+             "|" + "---|" * 9]
+    for (name, d, n, causal), pair in sorted(table.items(), key=lambda item: (item[0][0], item[0][1] or 0,
+                                                                                  item[0][2] or 0, item[0][3])):
+        warm, cold = pair.get(False), pair.get(True)
+        if warm is None or cold is None:
+            continue
+        a, b = median_ms(cold, "bwd"), median_ms(warm, "bwd")
+        lines.append(f"| {name} | {d} | {n} | {'yes' if causal else 'no'} | {cell_ms(warm, 'fwd')} | "
+                     f"{cell_ms(cold, 'fwd')} | {cell_ms(warm, 'bwd')} | {cell_ms(cold, 'bwd')} | "
+                     f"{f'{a / b:.2f}' if a and b else '–'} |")
+    return "\n".join(lines)
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", help="results files (.json or .jsonl)")
     parser.add_argument("--impl", default="v2", help="flashbench implementation to tabulate (default v2)")
+    parser.add_argument("--warm-cold", action="store_true",
+                        help="warm beside --cold medians of flashbench's implementations instead")
     args = parser.parse_args(argv)
     try:
-        table = collect(args.results)
+        if args.warm_cold:
+            print(markdown_warm_cold(collect_warm_cold(args.results)))
+        else:
+            print(markdown(collect(args.results), args.impl))
     except ResultsError as error:
         print(f"gpu_table: {error}", file=sys.stderr)
         return 2
-    print(markdown(table, args.impl))
     return 0
 
 

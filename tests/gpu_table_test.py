@@ -71,6 +71,33 @@ class GpuTableTest(unittest.TestCase):
         self.assertTrue(self.lines[0].startswith("| 64 | 4096 | no"))
         self.assertTrue(self.lines[1].startswith("| 128 | 16384 | yes"))
 
+    def test_cold_rows_stay_out_of_the_table_and_pair_with_warm_ones_in_warm_cold(self):
+        ours = next(row for row in rows_of("bf16-d128-n16384-true.jsonl") if row["impl"] == "v2")
+        cold = json.loads(json.dumps(ours))
+        cold["cold"] = True
+        cold["timing"]["fwd"]["median_ms"] = 2 * ours["timing"]["fwd"]["median_ms"]
+        cold["timing"]["bwd"]["median_ms"] = 1.5 * ours["timing"]["bwd"]["median_ms"]
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "cold.jsonl")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(cold) + "\n")
+            files = [os.path.join(RUN, "bf16-d128-n16384-true.jsonl"), path]
+            status, text, _ = render(files)
+            self.assertEqual(status, 0)
+            line = next(l for l in text.splitlines() if l.startswith("| 128 | 16384 | yes"))
+            self.assertEqual(line.split("|")[4].strip(), f"{ours['timing']['fwd']['median_ms']:.3f}")  # the warm row
+            status, text, _ = render(files + ["--warm-cold"])
+        self.assertEqual(status, 0)
+        line = next(l for l in text.splitlines() if l.startswith("| v2 | 128 | 16384 | yes"))
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        self.assertEqual(cells[4:8], [f"{ours['timing']['fwd']['median_ms']:.3f}",
+                                      f"{2 * ours['timing']['fwd']['median_ms']:.3f}",
+                                      f"{ours['timing']['bwd']['median_ms']:.3f}",
+                                      f"{1.5 * ours['timing']['bwd']['median_ms']:.3f}"])
+        self.assertEqual(cells[8], "1.50")
+        # A shape with only a warm row has no line.
+        self.assertFalse(any(l.startswith("| v2 | 64 |") for l in text.splitlines()))
+
     def test_unreadable_file_is_one_line_and_status_2(self):
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "broken.json")
