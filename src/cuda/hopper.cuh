@@ -29,36 +29,29 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 
 // ---- the swizzled tile ---------------------------------------------------------------------------
 
-// A [kRows][kCols] tile of 16-bit elements in the layout wgmma reads with 128-byte swizzling:
-// kCols/64 panels of [kRows][64] (one 128-byte line per row), panel p at p·kRows·128 bytes; within
-// a panel the 16-byte chunk c of row r sits at chunk c ^ (r % 8), so that the 8 rows of a core
-// matrix fall into 8 different bank groups. The tile must start on a 1024-byte boundary (the
-// swizzle pattern repeats every 8 rows of 128 bytes).
-template <int kRows, int kCols>
+// A [kRows][kCols] tile in the layout wgmma (16-bit elements) and the copy engine read with 128-byte
+// swizzling: panels of [kRows][128 bytes of columns] (64 16-bit or 32 fp32 columns; one 128-byte
+// line per row), panel p at p·kRows·128 bytes; within a panel the 16-byte chunk c of row r sits at
+// chunk c ^ (r % 8), so that 8 consecutive rows fall into 8 different bank groups. The tile must
+// start on a 1024-byte boundary (the swizzle pattern repeats every 8 rows of 128 bytes). For fp32
+// (SwizzledFloatTile) a warp's 8-byte stores of a wgmma accumulator fragment (8 rows, 4 column
+// pairs) then hit every bank pair twice at most, where a row-major tile puts the 8 rows on the same
+// banks.
+template <int kRows, int kCols, int kElementBytes = 2>
 struct SwizzledTile {
-  static_assert(kCols % 64 == 0 && kRows % 8 == 0, "whole 64-column panels of whole 8-row groups");
+  static constexpr int kPanelColumns = 128 / kElementBytes;
+  static constexpr int kChunkColumns = 16 / kElementBytes;
+  static_assert(kCols % kPanelColumns == 0 && kRows % 8 == 0, "whole panels of whole 8-row groups");
   static constexpr int kPanelBytes = kRows * 128;
-  static constexpr int kBytes = kPanelBytes * (kCols / 64);
-  // Byte offset of element (row, col); col may be any column (16-bit elements).
+  static constexpr int kBytes = kPanelBytes * (kCols / kPanelColumns);
+  // Byte offset of element (row, col); col may be any column.
   __device__ __forceinline__ static uint32_t offset(int row, int col) {
-    return (col / 64) * kPanelBytes + row * 128 + ((((col % 64) / 8) ^ (row % 8)) << 4) + (col % 8) * 2;
+    return (col / kPanelColumns) * kPanelBytes + row * 128 +
+           ((((col % kPanelColumns) / kChunkColumns) ^ (row % 8)) << 4) + (col % kChunkColumns) * kElementBytes;
   }
 };
-
-// The same 128-byte swizzle for a [kRows][kCols] tile of fp32: kCols/32 panels of [kRows][32 floats]
-// (one 128-byte line per row), 16-byte chunk c of row r at chunk c ^ (r % 8). It is what the copy
-// engine reads for a tensor map of fp32 boxes [kRows][32] with 128-byte swizzling, and a warp's
-// 8-byte stores of a wgmma accumulator fragment into it (8 rows, 4 column pairs) hit every bank pair
-// twice at most, where an unswizzled row-major tile puts all 8 rows on the same banks.
 template <int kRows, int kCols>
-struct SwizzledFloatTile {
-  static_assert(kCols % 32 == 0 && kRows % 8 == 0, "whole 32-column panels of whole 8-row groups");
-  static constexpr int kPanelBytes = kRows * 128;
-  static constexpr int kBytes = kPanelBytes * (kCols / 32);
-  __device__ __forceinline__ static uint32_t offset(int row, int col) {
-    return (col / 32) * kPanelBytes + row * 128 + ((((col % 32) / 4) ^ (row % 8)) << 4) + (col % 4) * 4;
-  }
-};
+using SwizzledFloatTile = SwizzledTile<kRows, kCols, 4>;
 
 // ---- descriptors ---------------------------------------------------------------------------------
 
