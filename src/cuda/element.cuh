@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "flashbench/cuda/device_memory.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/problem.hpp"
@@ -27,6 +29,22 @@ void dispatch_dtype(Dtype dtype, Body&& body) {
     case Dtype::bf16: body(__nv_bfloat16{}); return;
     case Dtype::fp16: body(__half{}); return;
   }
+}
+
+// Calls `body` with a value of the 16-bit storage type of `dtype` (bf16, else fp16): the types of the
+// tensor-core kernels.
+template <class Body>
+void dispatch_16bit(Dtype dtype, Body&& body) {
+  if (dtype == Dtype::bf16) return body(__nv_bfloat16{});
+  body(__half{});
+}
+
+// Calls `body` with std::true_type or std::false_type: a kernel's instance with or without dropout
+// (runs without it never execute its code).
+template <class Body>
+void dispatch_dropout(bool active, Body&& body) {
+  if (active) return body(std::true_type{});
+  body(std::false_type{});
 }
 
 // The last launch's error, as RuntimeFailure.

@@ -533,42 +533,32 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
   check_launch("flash_backward_kernel");
 }
 
-template <class T>
-void forward_by_dim(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
-                    cudaStream_t stream) {
-  const bool dropout = shape.dropout.active();
-  if (shape.head_dim == 64)
-    return dropout ? forward_typed<T, 64, true>(shape, Q, K, V, O, lse, stream)
-                   : forward_typed<T, 64, false>(shape, Q, K, V, O, lse, stream);
-  return dropout ? forward_typed<T, 128, true>(shape, Q, K, V, O, lse, stream)
-                 : forward_typed<T, 128, false>(shape, Q, K, V, O, lse, stream);
-}
-
-template <class T>
-void backward_by_dim(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                     const float* lse, const float* row_dot, float* dq, float* dkv, cudaStream_t stream) {
-  const bool dropout = shape.dropout.active();
-  if (shape.head_dim == 64)
-    return dropout ? backward_typed<T, 64, true>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream)
-                   : backward_typed<T, 64, false>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
-  return dropout ? backward_typed<T, 128, true>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream)
-                 : backward_typed<T, 128, false>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
-}
-
 }  // namespace
 
+// The instance of the layer's storage type, head dim (64 or 128) and dropout.
 void flash_forward_mma(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                        cudaStream_t stream) {
-  if (shape.dtype == Dtype::bf16) return forward_by_dim<__nv_bfloat16>(shape, Q, K, V, O, lse, stream);
-  return forward_by_dim<__half>(shape, Q, K, V, O, lse, stream);
+  dispatch_16bit(shape.dtype, [&](auto element) {
+    dispatch_dropout(shape.dropout.active(), [&](auto dropout) {
+      using T = decltype(element);
+      if (shape.head_dim == 64) return forward_typed<T, 64, dropout()>(shape, Q, K, V, O, lse, stream);
+      forward_typed<T, 128, dropout()>(shape, Q, K, V, O, lse, stream);
+    });
+  });
 }
 
 void flash_backward_mma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
                         const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
                         cudaStream_t stream) {
-  if (shape.dtype == Dtype::bf16)
-    return backward_by_dim<__nv_bfloat16>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
-  return backward_by_dim<__half>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
+  dispatch_16bit(shape.dtype, [&](auto element) {
+    dispatch_dropout(shape.dropout.active(), [&](auto dropout) {
+      using T = decltype(element);
+      if (shape.head_dim == 64)
+        return backward_typed<T, 64, dropout()>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator,
+                                                stream);
+      backward_typed<T, 128, dropout()>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
+    });
+  });
 }
 
 }  // namespace flashbench::cuda

@@ -117,6 +117,8 @@ struct ForwardPlan {
 };
 
 // What the kernels need of a layer beyond its tensors (kernels.hpp's LayerShape, in kernel arguments).
+// 64-bit rows, where the mma.sync and SIMT kernels' LayerExtents (flash_layer.cuh) has 32-bit ones:
+// the 32-bit version changed these kernels' registers, and its speed is not measured yet.
 struct Extents {
   int64_t seq;       // N query rows
   int64_t seq_k;     // N_k key rows
@@ -379,7 +381,8 @@ __global__ void __launch_bounds__(256, 1)
     backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                     const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
                     const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ lse,
-                    const float* __restrict__ row_dot, float* dkv_accumulator, Extents extents, float scale, float scale_log2,
+                    const float* __restrict__ row_dot, float* dkv_accumulator, Extents extents, float scale,
+                    float scale_log2,
                     philox::DropoutMask dropout) {
   using Plan = BackwardPlan<D, kDropout>;
   using KVTile = typename Plan::KVTile;
@@ -776,56 +779,45 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
   check_launch("backward_kernel (wgmma)");
 }
 
-// The kernels of head dim kDim in tiles D wide, with or without dropout.
-template <class T, int D, int kDim>
-struct ByDropout {
+// The instance of the layer's storage type, head dim (64 and 128 in tiles of their width, 96 padded
+// to 128) and dropout: body(kernels) with kernels.forward and kernels.backward.
+template <class T, int D, int kDim, bool kDropout>
+struct Kernels {
   static void forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                       cudaStream_t stream) {
-    if (shape.dropout.active()) return forward_typed<T, D, kDim, true>(shape, Q, K, V, O, lse, stream);
-    forward_typed<T, D, kDim, false>(shape, Q, K, V, O, lse, stream);
+    forward_typed<T, D, kDim, kDropout>(shape, Q, K, V, O, lse, stream);
   }
   static void backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
                        const float* lse, const float* row_dot, float* dq, float* dkv, cudaStream_t stream) {
-    if (shape.dropout.active()) return backward_typed<T, D, kDim, true>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
-    backward_typed<T, D, kDim, false>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
+    backward_typed<T, D, kDim, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
   }
 };
 
-// Head dims 64 and 128 in tiles of their width; 96 padded to 128.
-template <class T, class Body>
-void by_head_dim(int64_t head_dim, Body&& body) {
-  if (head_dim == 64) return body(ByDropout<T, 64, 64>{});
-  if (head_dim == 96) return body(ByDropout<T, 128, 96>{});
-  body(ByDropout<T, 128, 128>{});
-}
-
-template <class T>
-void forward_by_dim(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
-                    cudaStream_t stream) {
-  by_head_dim<T>(shape.head_dim, [&](auto kernels) { kernels.forward(shape, Q, K, V, O, lse, stream); });
-}
-
-template <class T>
-void backward_by_dim(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                     const float* lse, const float* row_dot, float* dq, float* dkv, cudaStream_t stream) {
-  by_head_dim<T>(shape.head_dim,
-                 [&](auto kernels) { kernels.backward(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream); });
+template <class Body>
+void by_layer(const LayerShape& shape, Body&& body) {
+  dispatch_16bit(shape.dtype, [&](auto element) {
+    dispatch_dropout(shape.dropout.active(), [&](auto dropout) {
+      using T = decltype(element);
+      if (shape.head_dim == 64) return body(Kernels<T, 64, 64, dropout()>{});
+      if (shape.head_dim == 96) return body(Kernels<T, 128, 96, dropout()>{});
+      body(Kernels<T, 128, 128, dropout()>{});
+    });
+  });
 }
 
 }  // namespace
 
 void flash_forward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                          cudaStream_t stream) {
-  if (shape.dtype == Dtype::bf16) return forward_by_dim<__nv_bfloat16>(shape, Q, K, V, O, lse, stream);
-  return forward_by_dim<__half>(shape, Q, K, V, O, lse, stream);
+  by_layer(shape, [&](auto kernels) { kernels.forward(shape, Q, K, V, O, lse, stream); });
 }
 
 void flash_backward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
                           const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
                           cudaStream_t stream) {
-  if (shape.dtype == Dtype::bf16)
-    return backward_by_dim<__nv_bfloat16>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
-  return backward_by_dim<__half>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
+  by_layer(shape, [&](auto kernels) {
+    kernels.backward(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
+  });
 }
 
 }  // namespace flashbench::cuda
