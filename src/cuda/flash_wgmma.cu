@@ -368,9 +368,9 @@ struct BackwardPlan {
 // tensor maps of Q, dO [BH, N, kDim] (boxes of 64 rows); k_map, v_map of K, V [BG, N_k, kDim] (128).
 // Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of 64 rows) and dK + dV into
 // dkv_accumulator [BG, N_k, kDim] (fp32, both zeroed by the caller; one buffer for self-attention);
-// lse (natural log) and row_dot [BH, N]. Tiles
-// D wide, the head dim kDim ≤ D zero-padded as in the forward kernel. kDropout: the mask of
-// `dropout` redrawn per tile, P̃ for dV and dP = dP̃ ∘ Z/(1 − p) for dS.
+// lse (natural log) and row_dot [BH, N]. Tiles D wide, the head dim kDim ≤ D zero-padded as in the
+// forward kernel. kDropout: the mask of `dropout` redrawn per tile, P̃ for dV and dP = dP̃ ∘ Z/(1 − p)
+// for dS.
 //
 // Query tile `it` arrives on mbarrier full[it % kStages]: Q and dO by the copy engine, LSE and D
 // by cp.async of the warp that issued it; the last of the block's 8 warps to finish with a stage
