@@ -1,7 +1,7 @@
 #pragma once
 // Hopper (sm_90a) primitives for the v2 kernels of flash_wgmma.cu, in inline PTX: warpgroup matrix
 // products (wgmma), their shared-memory descriptors and the 128-byte-swizzled tile layout they read,
-// the copy engine (TMA) filling that layout on mbarriers, and bulk reductions from shared to global memory.
+// the copy engine (TMA) filling that layout on mbarriers and reducing tiles into global memory.
 //
 // A warpgroup is 4 consecutive warps (128 threads) starting at a warp index divisible by 4.
 // wgmma.m64nNk16 computes D[64×N] (+)= A[64×16]·B[16×N] with fp32 accumulators in registers:
@@ -215,11 +215,12 @@ FLASHBENCH_DEFINE_WGMMA(__half, "f16")
 // A tile fetched by the copy engine (cp.async.bulk.tensor, "TMA") lands in shared memory without a
 // thread issuing a copy per 16 bytes: one thread names the tile by its coordinates in a tensor map
 // (made on the host, passed as a __grid_constant__ kernel parameter) and the bytes complete on an
-// mbarrier, on which the readers wait. The tensor maps of these kernels are [heads][rows][width] of
-// 16-bit elements with 128-byte swizzling and boxes of [box rows][64 columns]: one box is one panel
-// of a SwizzledTile, laid out exactly as SwizzledTile::offset says (the swizzle is a function of the
-// address bits, and panels start on 1024-byte boundaries). Rows past the tensor, and columns past a
-// head dim narrower than the tile, arrive as zeros.
+// mbarrier, on which the readers wait; a reduction goes the other way, from a tile into the tensor.
+// The tensor maps of these kernels (tensor_map.hpp) are [heads][rows][width] of 16-bit or fp32
+// elements with 128-byte swizzling and boxes of [box rows][128 bytes of columns]: one box is one
+// panel of a SwizzledTile, laid out exactly as SwizzledTile::offset says (the swizzle is a function
+// of the address bits, and panels start on 1024-byte boundaries). Rows past the tensor, and columns
+// past a head dim narrower than the tile, arrive as zeros (and are not written by a reduction).
 
 __device__ __forceinline__ void mbarrier_init(uint32_t barrier, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
