@@ -99,7 +99,9 @@ void register_device_cuda(Registry& registry) {
       },
       .implementations = cuda::implementations,
       .measure_peak = nullptr,  // no measured ceilings: rates stay absolute
-      .nominal_flop_rate = 2e14,  // an H100/H200's bf16 attention: 200-400 TFLOP/s forward
+      // For progress and --dry-run estimates only: an H200's bf16 attention runs at 150-600 TFLOP/s,
+      // by implementation and shape (docs/cuda-notes.md).
+      .nominal_flop_rate = 2e14,
   });
 }
 
