@@ -10,7 +10,10 @@
 # TOKENS/N)), HEADS=16, HEAD_DIMS="128" (a list: one sweep per head dim; HEAD_DIM is the old name of a
 # single one), DTYPE=bf16, MASKS="false true", MAX_TIME=3 [s per configuration], IMPLS (a comma list
 # of implementations, e.g. "standard,v2,v2.mma,cudnn"; default: every variant's default),
-# PEER_BACKENDS (default all four torch SDPA backends), SKIP_CHECK=1 to reuse an existing build,
+# PEER_BACKENDS (default all four torch SDPA backends), COLD_SEQS (a list of N: the implementations
+# run there also with --cold, the L2 flushed before every pass, into rows/cold-*.jsonl, kept out of
+# sweep.json, and OUT/table-warm-cold.md sets their medians beside the warm ones; default none),
+# SKIP_CHECK=1 to reuse an existing build,
 # SKIP_PEERS=1, BUILD_DIR (default build-gpu; gpu-check configures only a folder without a CMake
 # cache and refuses one configured otherwise: exit 3).
 set -euo pipefail
@@ -53,6 +56,13 @@ for head_dim in $head_dims; do
         --format jsonl --out "$out/rows/cuda-d$head_dim-n$n-causal-$causal.jsonl" ||
         echo "run d=$head_dim N=$n causal=$causal exited $?"
     done
+    for n in ${COLD_SEQS:-}; do
+      batch=$(( tokens / n > 0 ? tokens / n : 1 ))
+      "$flashbench" run --backend cuda "${selection[@]}" --dtype "$dtype" --seq "$n" --batch "$batch" \
+        --heads "$heads" --head-dim "$head_dim" --mask "$causal" --warmup 2 --min-samples 5 --max-time "$max_time" \
+        --format jsonl --out "$out/rows/cold-d$head_dim-n$n-causal-$causal.jsonl" --cold ||
+        echo "cold run d=$head_dim N=$n causal=$causal exited $?"
+    done
   done
 
   if [ "${SKIP_PEERS:-0}" != 1 ]; then
@@ -77,6 +87,12 @@ done
 shopt -u nullglob
 "$flashbench" merge ${row_files[@]+"${row_files[@]}"} ${peer_args[@]+"${peer_args[@]}"} --out "$out/sweep.json" ||
   echo "merge exited $?"
+
+if [ -n "${COLD_SEQS:-}" ]; then
+  echo "== warm against --cold"
+  python3 "$root/scripts/gpu_table.py" --warm-cold "$out"/rows/cuda-*.jsonl "$out"/rows/cold-*.jsonl \
+    > "$out/table-warm-cold.md" || echo "gpu_table.py --warm-cold exited $?"
+fi
 
 # One folder of figures per mask (plots/no-mask, plots/causal), so a figure's lines share one mask.
 if [ -f "$root/scripts/plot.py" ]; then

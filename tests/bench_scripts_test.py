@@ -70,13 +70,15 @@ FAKE_FLASHBENCH = r'''#!PYTHON
 import json, os, sys
 if sys.argv[1] == "merge":
     os.execv(REAL_FLASHBENCH, [REAL_FLASHBENCH] + sys.argv[1:])
-args = dict(zip(sys.argv[2::2], sys.argv[3::2]))
+args = dict(zip(sys.argv[2::2], sys.argv[3::2]))  # a bare --cold, last, pairs with nothing
+cold = "--cold" in sys.argv
 seq = int(args["--seq"])
 row = {"backend": "cuda", "variant": "v2", "impl": "v2.split",
        "problem": {"batch": int(args["--batch"]), "heads": int(args["--heads"]), "seq": seq,
                    "head_dim": int(args["--head-dim"]), "layers": 1, "causal": args["--mask"] == "true",
                    "dtype": args["--dtype"]},
-       "status": "ok", "reason": "", "timing": {"fwd": {"median_ms": 1.0}, "bwd": {"median_ms": 2.5}},
+       "status": "ok", "reason": "", "cold": cold,
+       "timing": {"fwd": {"median_ms": 1.0}, "bwd": {"median_ms": 3.0 if cold else 2.5}},
        "throughput": {"fwd_tflops": 100.0, "bwd_tflops": 100.0}}
 with open(args["--out"], "w") as out:
     out.write(json.dumps({"schema_version": 1, "meta": {"tool": "flashbench", "argv": sys.argv}}) + "\n")
@@ -245,6 +247,27 @@ class ScriptBuildsTest(unittest.TestCase):
         self.assertIn("5 rows from 5 files -> " + os.path.join(out, "sweep.json"), result.stdout)
         self.assertEqual(cuda[0]["impl"], "v2.split")  # rows as the runs wrote them
         self.assertEqual(self.calls(), [])  # SKIP_CHECK: nothing configured or built
+
+    def test_gpu_bench_cold_rows_beside_warm_ones(self):
+        build = os.path.join(self.tmp.name, "gpu-build")
+        os.makedirs(build)
+        executable(os.path.join(build, "flashbench"),
+                   FAKE_FLASHBENCH.replace("REAL_FLASHBENCH", repr(os.path.abspath(sys.argv[1])), 2))
+        out = os.path.join(self.tmp.name, "sweep")
+        os.remove(os.path.join(self.root, "scripts", "plot.py"))  # no figures: not what this tests
+        result = self.run_script("gpu-bench.sh", out, BUILD_DIR=build, SKIP_CHECK="1", SKIP_PEERS="1",
+                                 SEQS="128 256", COLD_SEQS="256", TOKENS="512", HEADS="2", HEAD_DIM="64",
+                                 MASKS="false true")
+        self.assertEqual(result.returncode, 0, result.stderr + result.stdout)
+        self.assertEqual(sorted(os.listdir(os.path.join(out, "rows")))[:2],
+                         ["cold-d64-n256-causal-false.jsonl", "cold-d64-n256-causal-true.jsonl"])
+        with open(os.path.join(out, "sweep.json"), encoding="utf-8") as handle:
+            merged = json.load(handle)
+        self.assertFalse(any(row.get("cold") for row in merged["rows"]))  # the sweep stays warm
+        with open(os.path.join(out, "table-warm-cold.md"), encoding="utf-8") as handle:
+            lines = [line for line in handle.read().splitlines() if line.startswith("| v2.split")]
+        self.assertEqual(lines, ["| v2.split | 64 | 256 | no | 1.000 | 1.000 | 2.500 | 3.000 | 1.20 |",
+                                 "| v2.split | 64 | 256 | yes | 1.000 | 1.000 | 2.500 | 3.000 | 1.20 |"])
 
 
 if __name__ == "__main__":
