@@ -46,23 +46,23 @@ if [ -z "${FLASHBENCH_CUDNN_LIBRARY:-}" ] && cudnn_library=$(python3 "$root/scri
   export FLASHBENCH_CUDNN_LIBRARY=$cudnn_library
 fi
 
+# One configuration of the sweep into rows/PREFIX-d..-n..-causal-...jsonl: run_rows PREFIX N [flags...]
+# (head_dim and causal from the loops below).
+run_rows() {
+  local prefix=$1 n=$2
+  shift 2
+  local batch=$(( tokens / n > 0 ? tokens / n : 1 ))
+  "$flashbench" run --backend cuda "${selection[@]}" --dtype "$dtype" --seq "$n" --batch "$batch" \
+    --heads "$heads" --head-dim "$head_dim" --mask "$causal" --warmup 2 --min-samples 5 --max-time "$max_time" \
+    --format jsonl --out "$out/rows/$prefix-d$head_dim-n$n-causal-$causal.jsonl" "$@" ||
+    echo "$prefix run d=$head_dim N=$n causal=$causal exited $?"
+}
+
 for head_dim in $head_dims; do
   echo "== sweep: N in {$seqs}, B·N = $tokens, H = $heads, d = $head_dim, $dtype, ${selection[*]}"
   for causal in $masks; do
-    for n in $seqs; do
-      batch=$(( tokens / n > 0 ? tokens / n : 1 ))
-      "$flashbench" run --backend cuda "${selection[@]}" --dtype "$dtype" --seq "$n" --batch "$batch" \
-        --heads "$heads" --head-dim "$head_dim" --mask "$causal" --warmup 2 --min-samples 5 --max-time "$max_time" \
-        --format jsonl --out "$out/rows/cuda-d$head_dim-n$n-causal-$causal.jsonl" ||
-        echo "run d=$head_dim N=$n causal=$causal exited $?"
-    done
-    for n in ${COLD_SEQS:-}; do
-      batch=$(( tokens / n > 0 ? tokens / n : 1 ))
-      "$flashbench" run --backend cuda "${selection[@]}" --dtype "$dtype" --seq "$n" --batch "$batch" \
-        --heads "$heads" --head-dim "$head_dim" --mask "$causal" --warmup 2 --min-samples 5 --max-time "$max_time" \
-        --format jsonl --out "$out/rows/cold-d$head_dim-n$n-causal-$causal.jsonl" --cold ||
-        echo "cold run d=$head_dim N=$n causal=$causal exited $?"
-    done
+    for n in $seqs; do run_rows cuda "$n"; done
+    for n in ${COLD_SEQS:-}; do run_rows cold "$n" --cold; done
   done
 
   if [ "${SKIP_PEERS:-0}" != 1 ]; then

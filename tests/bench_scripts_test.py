@@ -217,11 +217,18 @@ class ScriptBuildsTest(unittest.TestCase):
 
     # scripts/gpu-bench.sh
 
-    def test_gpu_bench_merges_rows_and_peers(self):
+    def fake_gpu_build(self):
+        """A build folder whose flashbench is FAKE_FLASHBENCH; plot.py removed (no figures: not what
+        the gpu-bench tests check)."""
         build = os.path.join(self.tmp.name, "gpu-build")
         os.makedirs(build)
         executable(os.path.join(build, "flashbench"),
                    FAKE_FLASHBENCH.replace("REAL_FLASHBENCH", repr(os.path.abspath(sys.argv[1])), 2))
+        os.remove(os.path.join(self.root, "scripts", "plot.py"))
+        return build
+
+    def test_gpu_bench_merges_rows_and_peers(self):
+        build = self.fake_gpu_build()
         out = os.path.join(self.tmp.name, "sweep")
         os.makedirs(os.path.join(out, "rows"))
         peer_row = {"backend": "torch-sdpa-flash", "variant": "v2", "status": "ok",
@@ -231,7 +238,6 @@ class ScriptBuildsTest(unittest.TestCase):
                     "throughput": {"fwd_tflops": 200.0, "bwd_tflops": 250.0}}
         with open(os.path.join(out, "rows", "peers-torch-sdpa.json"), "w", encoding="utf-8") as handle:
             json.dump({"schema_version": 1, "meta": {"tool": "torch_sdpa.py"}, "rows": [peer_row]}, handle)
-        os.remove(os.path.join(self.root, "scripts", "plot.py"))  # no figures: not what this tests
         result = self.run_script("gpu-bench.sh", out, BUILD_DIR=build, SKIP_CHECK="1", SKIP_PEERS="1",
                                  SEQS="128 256", TOKENS="512", HEADS="2", HEAD_DIM="64", MASKS="false true")
         self.assertEqual(result.returncode, 0, result.stderr + result.stdout)
@@ -249,12 +255,8 @@ class ScriptBuildsTest(unittest.TestCase):
         self.assertEqual(self.calls(), [])  # SKIP_CHECK: nothing configured or built
 
     def test_gpu_bench_cold_rows_beside_warm_ones(self):
-        build = os.path.join(self.tmp.name, "gpu-build")
-        os.makedirs(build)
-        executable(os.path.join(build, "flashbench"),
-                   FAKE_FLASHBENCH.replace("REAL_FLASHBENCH", repr(os.path.abspath(sys.argv[1])), 2))
+        build = self.fake_gpu_build()
         out = os.path.join(self.tmp.name, "sweep")
-        os.remove(os.path.join(self.root, "scripts", "plot.py"))  # no figures: not what this tests
         result = self.run_script("gpu-bench.sh", out, BUILD_DIR=build, SKIP_CHECK="1", SKIP_PEERS="1",
                                  SEQS="128 256", COLD_SEQS="256", TOKENS="512", HEADS="2", HEAD_DIM="64",
                                  MASKS="false true")
