@@ -87,6 +87,41 @@ __device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
     asm volatile("bar.sync 2, %0;\n" ::"n"(kWarpgroupThreads) : "memory");
 }
 
+// A ring of kStages tile buffers that the copy engine fills: stage s completes on the mbarrier at
+// full + 8s, and released + 4s counts the block's warps done with it. Tile i goes to stage
+// i % kStages, and the warp that counts last refills the stage with tile i + kStages. The counts of
+// consecutive uses never mix: a warp counts a stage's next use only after waiting for the tile that
+// the last count of this use issued.
+template <int kStages, int kWarps>
+struct StageRing {
+  uint32_t full;
+  uint32_t released;
+  int stage = 0;
+  uint32_t phase = 0;  // of the current stage's mbarrier in its current use
+
+  __device__ __forceinline__ uint32_t barrier(int s) const { return full + 8 * s; }
+  // By one thread, before the block barrier that publishes them: each stage's mbarrier counting
+  // `arrivals` a phase, its count of warps 0.
+  __device__ __forceinline__ void init(unsigned char* shared_raw, uint32_t arrivals) const {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(barrier(s), arrivals);
+      *reinterpret_cast<uint32_t*>(shared_raw + (released + 4 * s - shared_address(shared_raw))) = 0;
+    }
+  }
+  // The current stage's tile is in shared memory.
+  __device__ __forceinline__ void wait() const { mbarrier_wait(barrier(stage), phase); }
+  // By lane 0 of a warp done with the current stage: true for the last of the block's kWarps.
+  __device__ __forceinline__ bool count_done() const {
+    return count_in(released + 4 * stage) % kWarps == kWarps - 1;
+  }
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
 // The dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's period).
 __device__ __forceinline__ uint32_t aligned_shared_base(const unsigned char* raw) {
   return (shared_address(raw) + 1023u) & ~1023u;
@@ -150,8 +185,7 @@ __global__ void __launch_bounds__(256, 1)
   const uint32_t sK = sQ + QTile::kBytes;                 // [kStages] K tiles
   const uint32_t sV = sK + Plan::kStages * KVTile::kBytes;  // [kStages] V tiles
   const uint32_t q_full = sV + Plan::kStages * KVTile::kBytes;
-  const uint32_t kv_full = q_full + 8;                     // [kStages] mbarriers
-  const uint32_t released = kv_full + 8 * Plan::kStages;   // [kStages] counts of warps done
+  StageRing<Plan::kStages, Plan::kWarps> kv_ring{q_full + 8, q_full + 8 + 8 * Plan::kStages};
   unsigned char* keep_tiles = generic_at(shared_raw, q_full + Plan::kBarrierBytes);  // kDropout: [2 wg][2][64][kMaskLd]
 
   // Causal query blocks further down see more keys: launch those first so short ones fill the tail.
@@ -169,17 +203,14 @@ __global__ void __launch_bounds__(256, 1)
   const int key_tiles = last_key < 0 ? 0 : int(last_key / Plan::kKeys) + 1;
 
   auto fetch_key_tile = [&](int j, int stage) {  // by one thread
-    const uint32_t full = kv_full + 8 * stage;
+    const uint32_t full = kv_ring.barrier(stage);
     mbarrier_arrive_expect_bytes(full, 2 * KVTile::kBytes);
     tma_load_tile<KVTile>(sK + stage * KVTile::kBytes, k_map, int64_t(j) * Plan::kKeys, kv_head, full);
     tma_load_tile<KVTile>(sV + stage * KVTile::kBytes, v_map, int64_t(j) * Plan::kKeys, kv_head, full);
   };
   if (thread == 0) {
     mbarrier_init(q_full, 1);
-    for (int stage = 0; stage < Plan::kStages; ++stage) {
-      mbarrier_init(kv_full + 8 * stage, 1);
-      *reinterpret_cast<uint32_t*>(generic_at(shared_raw, released + 4 * stage)) = 0;
-    }
+    kv_ring.init(shared_raw, 1);
     fence_mbarrier_init();
   }
   __syncthreads();  // the barriers exist before anyone waits on them or the copy engine completes on them
@@ -207,12 +238,10 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max [log2 units], partial sums
-  int stage = 0;
-  uint32_t phase = 0;  // of the stage's mbarrier for this use of it
   for (int j = 0; j < key_tiles; ++j) {
-    mbarrier_wait(kv_full + 8 * stage, phase);  // tile j is in shared memory
+    kv_ring.wait();  // tile j is in shared memory
     if constexpr (kDropout) warpgroup_barrier(warpgroup);
-    const uint32_t sKj = sK + stage * KVTile::kBytes, sVj = sV + stage * KVTile::kBytes;
+    const uint32_t sKj = sK + kv_ring.stage * KVTile::kBytes, sVj = sV + kv_ring.stage * KVTile::kBytes;
 
     // S = Q·Kᵀ [64 rows × 128 keys]
     const uint64_t q_desc = opaque(k_major_base<QTile>(sQ, warpgroup * 64));
@@ -302,12 +331,9 @@ __global__ void __launch_bounds__(256, 1)
     pin(o);
 
     // This warp is done with the stage's K and V; the last of the 8 refills it with tile j + kStages.
-    if (lane == 0 && count_in(released + 4 * stage) % Plan::kWarps == Plan::kWarps - 1 && j + Plan::kStages < key_tiles)
-      fetch_key_tile(j + Plan::kStages, stage);
-    if (++stage == Plan::kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
+    if (lane == 0 && kv_ring.count_done() && j + Plan::kStages < key_tiles)
+      fetch_key_tile(j + Plan::kStages, kv_ring.stage);
+    kv_ring.advance();
   }
 
 #pragma unroll
@@ -399,8 +425,7 @@ __global__ void __launch_bounds__(256, 1)
   const uint32_t sLse = sDq + Plan::kDqBytes;               // [kStages][64] fp32
   const uint32_t sRowDot = sLse + Plan::kStages * Plan::kQueries * 4;
   const uint32_t kv_full = sRowDot + Plan::kStages * Plan::kQueries * 4;
-  const uint32_t full = kv_full + 8;                        // [kStages] mbarriers
-  const uint32_t released = full + 8 * Plan::kStages;       // [kStages] counts of warps done
+  StageRing<Plan::kStages, Plan::kWarps> ring{kv_full + 8, kv_full + 8 + 8 * Plan::kStages};  // Q, dO, LSE, D
   float* lse_tile = reinterpret_cast<float*>(generic_at(shared_raw, sLse));
   float* row_dot_tile = reinterpret_cast<float*>(generic_at(shared_raw, sRowDot));
   unsigned char* keep_tiles = generic_at(shared_raw, kv_full + Plan::kBarrierBytes);  // kDropout: [2 wg][2][64][kMaskLd]
@@ -443,7 +468,7 @@ __global__ void __launch_bounds__(256, 1)
   // By one whole warp: Q and dO through the copy engine (lane 0), LSE and D by cp.async (two rows a
   // lane, zeros past N), all completing on the stage's mbarrier (1 + 32 arrivals a phase).
   auto fetch_query_tile = [&](const QueryTile& tile, int stage) {
-    const uint32_t barrier = full + 8 * stage;
+    const uint32_t barrier = ring.barrier(stage);
     if (lane == 0) {
       mbarrier_arrive_expect_bytes(barrier, 2 * Plan::kQBytes);
       tma_load_tile<QTile>(sQ + stage * Plan::kQBytes, q_map, tile.q0, tile.head, barrier);
@@ -472,10 +497,7 @@ __global__ void __launch_bounds__(256, 1)
 
   if (thread == 0) {
     mbarrier_init(kv_full, 1);
-    for (int stage = 0; stage < Plan::kStages; ++stage) {
-      mbarrier_init(full + 8 * stage, 1 + 32);
-      *reinterpret_cast<uint32_t*>(generic_at(shared_raw, released + 4 * stage)) = 0;
-    }
+    ring.init(shared_raw, 1 + 32);
     fence_mbarrier_init();
   }
   __syncthreads();  // the barriers exist before anyone waits on them or the copy engine completes on them
@@ -501,12 +523,11 @@ __global__ void __launch_bounds__(256, 1)
   float dk[D / 2], dv[D / 2];  // this warpgroup's 64 keys × D
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
-  int stage = 0;
-  uint32_t phase = 0;  // of the stage's mbarrier for this use of it
   for (int it = 0; it < query_tiles; ++it, tile = next_tile(tile), refill = next_tile(refill)) {
     const int buffer = it & 1;  // of dSᵀ and the dropout flags
     const int64_t q0 = tile.q0;
-    mbarrier_wait(full + 8 * stage, phase);  // tile it is in shared memory
+    const int stage = ring.stage;
+    ring.wait();  // tile it is in shared memory
     const uint32_t sQi = sQ + stage * Plan::kQBytes, sdOi = sdO + stage * Plan::kQBytes;
     const float* lse_i = lse_tile + stage * Plan::kQueries;
     const float* row_dot_i = row_dot_tile + stage * Plan::kQueries;
@@ -645,7 +666,7 @@ __global__ void __launch_bounds__(256, 1)
     // the last of the 8 refills it with the tile kStages further on.
     {
       uint32_t last = 0;
-      if (lane == 0) last = count_in(released + 4 * stage) % Plan::kWarps == Plan::kWarps - 1;
+      if (lane == 0) last = ring.count_done();
       if (__shfl_sync(0xffffffffu, last, 0) && it + Plan::kStages < query_tiles) fetch_query_tile(refill, stage);
     }
 
@@ -692,10 +713,7 @@ __global__ void __launch_bounds__(256, 1)
       }
       bulk_commit();
     }
-    if (++stage == Plan::kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
+    ring.advance();
   }
   if (reducer) bulk_wait();
 
