@@ -3,6 +3,8 @@ folder (build-bench) and configures only a folder that has no CMake cache yet, s
 scripts/test.sh configured with the tests on stays so; scripts/gpu-check.sh refuses a folder
 configured otherwise instead of changing it. And scripts/gpu-bench.sh merges its rows files and a
 peer's file through `flashbench merge` (the fake binary hands `merge` to the real one).
+scripts/gpu-ab.sh tests the candidate build first, times nothing when it fails, and otherwise runs the
+two builds alternately (the real binary, on the CPU) and compares each round's pair.
 
 The scripts run from a copy of scripts/ in a temporary folder (so their root is that folder) with a
 fake cmake first on PATH: it records its arguments and writes -D options into the CMakeCache.txt of
@@ -270,6 +272,62 @@ class ScriptBuildsTest(unittest.TestCase):
             lines = [line for line in handle.read().splitlines() if line.startswith("| v2.split")]
         self.assertEqual(lines, ["| v2.split | 64 | 256 | no | 1.000 | 1.000 | 2.500 | 3.000 | 1.20 |",
                                  "| v2.split | 64 | 256 | yes | 1.000 | 1.000 | 2.500 | 3.000 | 1.20 |"])
+
+    # scripts/gpu-ab.sh
+
+    def ab_build(self, name, tests_exit=None):
+        """A build folder holding the real flashbench, and (tests_exit given) a fake
+        tests/flashbench_tests that records its arguments and exits with tests_exit."""
+        build = os.path.join(self.tmp.name, name)
+        os.makedirs(os.path.join(build, "tests"))
+        os.symlink(os.path.abspath(sys.argv[1]), os.path.join(build, "flashbench"))
+        if tests_exit is not None:
+            verdict = "[  PASSED  ] 3 tests." if tests_exit == 0 else "[  FAILED  ] Gpu/CudaVsFloat64.x"
+            executable(os.path.join(build, "tests", "flashbench_tests"),
+                       f"#!/bin/sh\necho \"$@\" > {build}/tests-args\necho '{verdict}'\nexit {tests_exit}\n")
+        return build
+
+    AB_RUN = ["--backend", "cpu", "--impl", "v2", "--seq", "32", "--heads", "1", "--head-dim", "8", "--threads", "1",
+              "--max-time", "0.02"]
+
+    def test_gpu_ab_tests_the_candidate_then_alternates(self):
+        baseline, candidate = self.ab_build("baseline"), self.ab_build("candidate", tests_exit=0)
+        out = os.path.join(self.tmp.name, "ab")
+        result = self.run_script("gpu-ab.sh", out, baseline, candidate, *self.AB_RUN, ROUNDS="2")
+        self.assertEqual(result.returncode, 0, result.stderr + result.stdout)
+        with open(os.path.join(candidate, "tests-args"), encoding="utf-8") as handle:
+            self.assertIn("--gtest_filter=Gpu/CudaVsFloat64.*v2*:Gpu/CudaWorkloads.*:Determinism*", handle.read())
+        written = lambda name: os.stat(os.path.join(out, name + ".json")).st_mtime_ns
+        self.assertLess(written("baseline-r1"), written("candidate-r1"))  # round 1: baseline first
+        self.assertLess(written("candidate-r1"), written("candidate-r2"))
+        self.assertLess(written("candidate-r2"), written("baseline-r2"))  # round 2: candidate first
+        for round_ in (1, 2):
+            with open(os.path.join(out, f"compare-r{round_}.md"), encoding="utf-8") as handle:
+                table = handle.read()
+            self.assertIn(f"A = `{out}/baseline-r{round_}.json`, B = `{out}/candidate-r{round_}.json`", table)
+            self.assertIn("| cpu | v2 | B=1 H=1 N=32 d=8 L=1 fp32 |", table)
+        self.assertIn("round 2 (candidate baseline):", result.stdout)
+
+    def test_gpu_ab_does_not_time_a_candidate_that_fails_its_tests(self):
+        baseline, candidate = self.ab_build("baseline"), self.ab_build("candidate", tests_exit=1)
+        out = os.path.join(self.tmp.name, "ab")
+        result = self.run_script("gpu-ab.sh", out, baseline, candidate, *self.AB_RUN)
+        self.assertEqual(result.returncode, 4, result.stderr + result.stdout)
+        self.assertIn("[  FAILED  ] Gpu/CudaVsFloat64.x", result.stderr)
+        self.assertIn("the candidate fails its tests", result.stderr)
+        self.assertEqual(sorted(os.listdir(out)), ["tests.txt"])
+
+    def test_gpu_ab_usage_errors(self):
+        baseline = self.ab_build("baseline")
+        out = os.path.join(self.tmp.name, "ab")
+        for args, env, message in [((out, baseline), {}, "usage: scripts/gpu-ab.sh"),
+                                   ((out, baseline, self.tmp.name), {}, "no flashbench in"),
+                                   ((out, baseline, baseline), {}, "no tests/flashbench_tests"),
+                                   ((out, baseline, baseline), {"ROUNDS": "0"}, "ROUNDS must be")]:
+            result = self.run_script("gpu-ab.sh", *args, **env)
+            self.assertEqual(result.returncode, 2, args)
+            self.assertIn(message, result.stderr)
+            self.assertEqual(result.stdout, "")
 
 
 if __name__ == "__main__":
