@@ -13,6 +13,8 @@
 # PEER_BACKENDS (default all four torch SDPA backends), COLD_SEQS (a list of N: the implementations
 # run there also with --cold, the L2 flushed before every pass, into rows/cold-*.jsonl, kept out of
 # sweep.json, and OUT/table-warm-cold.md sets their medians beside the warm ones; default none),
+# EXTRA_HEAD_DIMS (a list of head dims swept at EXTRA_SEQS only, default N = 8192, peers included,
+# in the same sweep.json: "96 192 256" beside the full sweeps of HEAD_DIMS="64 128"; default none),
 # SKIP_CHECK=1 to reuse an existing build,
 # SKIP_PEERS=1, BUILD_DIR (default build-gpu; gpu-check configures only a folder without a CMake
 # cache and refuses one configured otherwise: exit 3).
@@ -28,6 +30,8 @@ if [ -n "${IMPLS:-}" ]; then selection=(--impl "$IMPLS"); else selection=(--vari
 peer_backends=${PEER_BACKENDS:-math,flash,efficient,cudnn}
 dtype=${DTYPE:-bf16}
 masks=${MASKS:-"false true"}
+extra_head_dims=${EXTRA_HEAD_DIMS:-}
+extra_seqs=${EXTRA_SEQS:-8192}
 max_time=${MAX_TIME:-3}
 mkdir -p "$out/rows"
 
@@ -47,7 +51,7 @@ if [ -z "${FLASHBENCH_CUDNN_LIBRARY:-}" ] && cudnn_library=$(python3 "$root/scri
 fi
 
 # One configuration of the sweep into rows/PREFIX-d..-n..-causal-...jsonl: run_rows PREFIX N [flags...]
-# (head_dim and causal from the loops below).
+# (head_dim and causal: those of sweep_head_dim, the caller).
 run_rows() {
   local prefix=$1 n=$2
   shift 2
@@ -58,21 +62,25 @@ run_rows() {
     echo "$prefix run d=$head_dim N=$n causal=$causal exited $?"
 }
 
-for head_dim in $head_dims; do
-  echo "== sweep: N in {$seqs}, B·N = $tokens, H = $heads, d = $head_dim, $dtype, ${selection[*]}"
+# One head dim's sweep: sweep_head_dim D "N..." "COLD N..." (flashbench's rows, then the peers').
+sweep_head_dim() {
+  local head_dim=$1 seqs_here=$2 cold_seqs=$3 causal n
+  echo "== sweep: N in {$seqs_here}, B·N = $tokens, H = $heads, d = $head_dim, $dtype, ${selection[*]}"
   for causal in $masks; do
-    for n in $seqs; do run_rows cuda "$n"; done
-    for n in ${COLD_SEQS:-}; do run_rows cold "$n" --cold; done
+    for n in $seqs_here; do run_rows cuda "$n"; done
+    for n in $cold_seqs; do run_rows cold "$n" --cold; done
   done
 
   if [ "${SKIP_PEERS:-0}" != 1 ]; then
     echo "== peers: torch SDPA, d = $head_dim"
     python3 "$root/scripts/peers/torch_sdpa.py" --out "$out/rows/peers-torch-sdpa-d$head_dim.json" \
-      --seq "${seqs// /,}" --tokens "$tokens" --heads "$heads" --head-dim "$head_dim" --dtype "$dtype" \
+      --seq "${seqs_here// /,}" --tokens "$tokens" --heads "$heads" --head-dim "$head_dim" --dtype "$dtype" \
       --max-time "$max_time" --backends "$peer_backends" \
       --mask "$( [ "$masks" = "false true" ] && echo both || echo "$masks" )" | tee -a "$out/peers.log" || true
   fi
-done
+}
+for head_dim in $head_dims; do sweep_head_dim "$head_dim" "$seqs" "${COLD_SEQS:-}"; done
+for head_dim in $extra_head_dims; do sweep_head_dim "$head_dim" "$extra_seqs" ""; done
 
 echo "== merge"
 # flashbench merge: the rows files of the runs over N (one whole sweep each), then the peers' (their

@@ -273,6 +273,23 @@ class ScriptBuildsTest(unittest.TestCase):
         self.assertEqual(lines, ["| v2.split | 64 | 256 | no | 1.000 | 1.000 | 2.500 | 3.000 | 1.20 |",
                                  "| v2.split | 64 | 256 | yes | 1.000 | 1.000 | 2.500 | 3.000 | 1.20 |"])
 
+    def test_gpu_bench_extra_head_dims_at_their_own_lengths(self):
+        build = self.fake_gpu_build()
+        out = os.path.join(self.tmp.name, "sweep")
+        result = self.run_script("gpu-bench.sh", out, BUILD_DIR=build, SKIP_CHECK="1", SKIP_PEERS="1",
+                                 SEQS="128 256", TOKENS="512", HEADS="2", HEAD_DIMS="64", MASKS="true",
+                                 EXTRA_HEAD_DIMS="192 256", EXTRA_SEQS="512", COLD_SEQS="256")
+        self.assertEqual(result.returncode, 0, result.stderr + result.stdout)
+        self.assertEqual(sorted(os.listdir(os.path.join(out, "rows"))),
+                         ["cold-d64-n256-causal-true.jsonl", "cuda-d192-n512-causal-true.jsonl",
+                          "cuda-d256-n512-causal-true.jsonl", "cuda-d64-n128-causal-true.jsonl",
+                          "cuda-d64-n256-causal-true.jsonl"])
+        with open(os.path.join(out, "sweep.json"), encoding="utf-8") as handle:
+            merged = json.load(handle)
+        self.assertEqual(sorted((r["problem"]["head_dim"], r["problem"]["seq"], r["problem"]["batch"])
+                                for r in merged["rows"]),
+                         [(64, 128, 4), (64, 256, 2), (192, 512, 1), (256, 512, 1)])
+
     # scripts/gpu-ab.sh
 
     def ab_build(self, name, tests_exit=None):
