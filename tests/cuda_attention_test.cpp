@@ -142,6 +142,10 @@ std::vector<Case> all_cases() {
     for (Dtype t : {Dtype::bf16, Dtype::fp16})
       for (int64_t d : {64, 128})
         for (bool causal : {false, true}) cases.push_back({Variant::v2, t, 383, d, causal, 1.0, impl});
+  // Enough key tiles (128 or more keys each) that each stage of the forward's K/V ring is refilled
+  // and its mbarrier's phase comes round again.
+  for (Dtype t : {Dtype::bf16, Dtype::fp16})
+    for (int64_t d : {64, 128}) cases.push_back({Variant::v2, t, 1000, d, false});
   // d = 96 on the wgmma kernels, zero-padded to 128-wide tiles: ragged tiles, N = 1, large logits.
   for (Dtype t : {Dtype::bf16, Dtype::fp16}) {
     for (bool causal : {false, true}) cases.push_back({Variant::v2, t, 383, 96, causal});
