@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU workflow in one invocation: build and test (scripts/gpu-check.sh), then a sweep of all four
 # variants over N with B·N tokens fixed, the PyTorch SDPA peers on the same shapes, one merged JSON
-# (flashbench's contract, peers' rows beside ours, by `flashbench merge`) and the plots (a folder per
-# mask), all under OUTPUT_DIR.
+# (flashbench's contract, peers' rows beside ours, by `flashbench merge`), its tables (table.md, and
+# summary.md: per head dim over N ≥ 2048, scripts/gpu_table.py) and the plots (a folder per mask), all
+# under OUTPUT_DIR.
 #
 #   scripts/gpu-bench.sh OUTPUT_DIR
 #
@@ -95,6 +96,13 @@ done
 shopt -u nullglob
 "$flashbench" merge ${row_files[@]+"${row_files[@]}"} ${peer_args[@]+"${peer_args[@]}"} --out "$out/sweep.json" ||
   echo "merge exited $?"
+
+# The milestone table (every shape: v2 beside the peers) and its summary per head dim over N ≥ 2048
+# (the ranges of the ratios to FA2 and cuDNN, the rates and the peak), as Markdown.
+echo "== tables"
+python3 "$root/scripts/gpu_table.py" "$out/sweep.json" > "$out/table.md" || echo "gpu_table.py exited $?"
+python3 "$root/scripts/gpu_table.py" "$out/sweep.json" --summary --min-n 2048 > "$out/summary.md" ||
+  echo "gpu_table.py --summary exited $?"
 
 if [ -n "${COLD_SEQS:-}" ]; then
   echo "== warm against --cold"

@@ -20,7 +20,13 @@ With --warm-cold it prints instead, for every flashbench implementation and shap
 warm row and a `--cold` row (caches flushed before every pass), the forward and backward medians of
 each and the backward's cold/warm ratio.
 
-Usage: python3 scripts/gpu_table.py RESULTS... [--impl v2] [--warm-cold]
+With --summary it prints instead one line per head dim over the shapes of that table with N ≥
+--min-n (both masks): the range (lowest–highest) of each ratio of a peer's median to ours, forward
+and backward (torch `flash`, torch `cudnn`, flashbench's own `cudnn`), of our forward and backward
+TFLOP/s, of our peak beyond the inputs over torch cuDNN's, and of `standard`'s backward over ours:
+where a target ("at least FA2", "at least cuDNN", "peak no more than cuDNN's") is missed, by how much.
+
+Usage: python3 scripts/gpu_table.py RESULTS... [--impl v2] [--warm-cold | --summary [--min-n N]]
 """
 import argparse
 import os
@@ -76,11 +82,17 @@ def cell_ms(row, phase):
     return f"{value:.3f}" if value is not None else "–"
 
 
-def ratio(numerator_row, denominator_row):
+def ratio_value(numerator_row, denominator_row, phase="bwd"):
+    """The numerator row's median over the denominator's, or None where either has none."""
     if numerator_row is None or denominator_row is None:
-        return "–"
-    a, b = median_ms(numerator_row, "bwd"), median_ms(denominator_row, "bwd")
-    return f"{a / b:.2f}" if a and b else "–"
+        return None
+    a, b = median_ms(numerator_row, phase), median_ms(denominator_row, phase)
+    return a / b if a and b else None
+
+
+def ratio(numerator_row, denominator_row):
+    value = ratio_value(numerator_row, denominator_row)
+    return f"{value:.2f}" if value is not None else "–"
 
 
 def gib(value):
@@ -109,6 +121,56 @@ def markdown(table, implementation):
     return "\n".join(lines)
 
 
+# The --summary columns: heading, and the value of a shape from (ours, its rows), None where missing.
+SUMMARY_COLUMNS = [
+    ("bwd: FA2 ÷ ours", lambda ours, rows: ratio_value(rows.get("torch-sdpa-flash"), ours)),
+    ("bwd: cuDNN ÷ ours", lambda ours, rows: ratio_value(rows.get("torch-sdpa-cudnn"), ours)),
+    ("fwd: FA2 ÷ ours", lambda ours, rows: ratio_value(rows.get("torch-sdpa-flash"), ours, "fwd")),
+    ("fwd: cuDNN ÷ ours", lambda ours, rows: ratio_value(rows.get("torch-sdpa-cudnn"), ours, "fwd")),
+    ("bwd: cudnn (ours) ÷ ours", lambda ours, rows: ratio_value(rows.get("cudnn"), ours)),
+    ("bwd TFLOP/s", lambda ours, rows: (ours.get("throughput") or {}).get("bwd_tflops")),
+    ("fwd TFLOP/s", lambda ours, rows: (ours.get("throughput") or {}).get("fwd_tflops")),
+    ("peak ÷ torch cuDNN's", lambda ours, rows: peak_ratio(ours, rows.get("torch-sdpa-cudnn"))),
+    ("bwd: standard ÷ ours", lambda ours, rows: ratio_value(rows.get("standard"), ours)),
+]
+
+
+def peak_ratio(ours, peer):
+    a, b = peak_beyond_inputs(ours), peak_beyond_inputs(peer) if peer is not None else None
+    return a / b if a is not None and b else None
+
+
+def value_range(values, digits):
+    if not values:
+        return "–"
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}–{high}"
+
+
+def markdown_summary(table, implementation, min_n):
+    """One line per head dim: over its shapes with N ≥ min_n where ours has an ok row, the range of
+    every SUMMARY_COLUMNS value (rows that lack one, e.g. a peer's oom, are left out of that range)."""
+    by_dim = {}
+    for (d, n, causal), rows in table.items():
+        ours = rows.get(implementation)
+        if n is None or n < min_n or ours is None or ours.get("status", "ok") != "ok":
+            continue
+        entry = by_dim.setdefault(d, {"seqs": [], "values": [[] for _ in SUMMARY_COLUMNS]})
+        entry["seqs"].append(n)
+        for values, (_, value_of) in zip(entry["values"], SUMMARY_COLUMNS):
+            value = value_of(ours, rows)
+            if value is not None:
+                values.append(value)
+    lines = ["| d | shapes | N | " + " | ".join(heading for heading, _ in SUMMARY_COLUMNS) + " |",
+             "|" + "---|" * (3 + len(SUMMARY_COLUMNS))]
+    for d in sorted(by_dim, key=lambda d: d or 0):
+        entry = by_dim[d]
+        cells = [value_range(values, 0 if "TFLOP/s" in heading else 2)
+                 for values, (heading, _) in zip(entry["values"], SUMMARY_COLUMNS)]
+        lines.append(f"| {d} | {len(entry['seqs'])} | {value_range(entry['seqs'], 0)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown_warm_cold(table):
     lines = ["| implementation | d | N | causal | fwd warm ms | fwd cold ms | bwd warm ms | bwd cold ms | bwd cold/warm |",
              "|" + "---|" * 9]
@@ -128,12 +190,18 @@ def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", help="results files (.json or .jsonl)")
     parser.add_argument("--impl", default="v2", help="flashbench implementation to tabulate (default v2)")
-    parser.add_argument("--warm-cold", action="store_true",
-                        help="warm beside --cold medians of flashbench's implementations instead")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--warm-cold", action="store_true",
+                      help="warm beside --cold medians of flashbench's implementations instead")
+    mode.add_argument("--summary", action="store_true",
+                      help="one line per head dim: the ranges of the ratios to the peers, rates and peak")
+    parser.add_argument("--min-n", type=int, default=1, help="--summary: only shapes with N at least this")
     args = parser.parse_args(argv)
     try:
         if args.warm_cold:
             print(markdown_warm_cold(collect_warm_cold(args.results)))
+        elif args.summary:
+            print(markdown_summary(collect(args.results), args.impl, args.min_n))
         else:
             print(markdown(collect(args.results), args.impl))
     except ResultsError as error:

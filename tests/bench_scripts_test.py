@@ -255,6 +255,9 @@ class ScriptBuildsTest(unittest.TestCase):
         self.assertIn("5 rows from 5 files -> " + os.path.join(out, "sweep.json"), result.stdout)
         self.assertEqual(cuda[0]["impl"], "v2.split")  # rows as the runs wrote them
         self.assertEqual(self.calls(), [])  # SKIP_CHECK: nothing configured or built
+        with open(os.path.join(out, "summary.md"), encoding="utf-8") as handle:
+            self.assertTrue(handle.read().startswith("| d | shapes | N | bwd: FA2 ÷ ours |"))
+        self.assertTrue(os.path.exists(os.path.join(out, "table.md")))
 
     def test_gpu_bench_cold_rows_beside_warm_ones(self):
         build = self.fake_gpu_build()

@@ -1,7 +1,7 @@
 """scripts/gpu_table.py on a committed H200 run (results/h200-wgmma/w3): every cell it prints comes
 from the files (the v2 medians and rate are the rows' own, the ratios are the peers' backward time
-over v2's), shapes are sorted by d, N and mask, and an unreadable file is one line on stderr with
-exit status 2.
+over v2's), shapes are sorted by d, N and mask, --summary gives each head dim's ranges over the
+shapes with N ≥ --min-n, and an unreadable file is one line on stderr with exit status 2.
 
 Run by CTest as: python3 gpu_table_test.py FLASHBENCH_BINARY SOURCE_DIR (the binary is not needed).
 """
@@ -97,6 +97,58 @@ class GpuTableTest(unittest.TestCase):
         self.assertEqual(cells[8], "1.50")
         # A shape with only a warm row has no line.
         self.assertFalse(any(l.startswith("| v2 | 64 |") for l in text.splitlines()))
+
+    def test_summary_gives_the_ranges_per_head_dim_over_n_at_least_min_n(self):
+        gib = 2 ** 30
+
+        def row(name, d, n, causal, fwd, bwd, status="ok", rates=None, peak=None):
+            problem = {"batch": 1, "heads": 16, "seq": n, "head_dim": d, "layers": 1, "causal": causal,
+                       "dtype": "bf16"}
+            peer = name.startswith("torch")
+            result = {"backend": name if peer else "cuda", "variant": "v2", "problem": problem, "status": status,
+                      "timing": {"fwd": {"median_ms": fwd}, "bwd": {"median_ms": bwd}}}
+            if not peer:
+                result["impl"] = name
+            if rates:
+                result["throughput"] = {"fwd_tflops": rates[0], "bwd_tflops": rates[1]}
+            if peak:
+                result["memory"] = {"measured": {"peak_bytes": peak[0] * gib, "by_tag": {"input": peak[1] * gib}}}
+            return result
+
+        rows = [
+            # N = 1024: left out by --min-n 2048 (its ratios would widen every range)
+            row("v2", 64, 1024, False, 1.0, 1.0, rates=(100, 100), peak=(3, 1)),
+            row("torch-sdpa-flash", 64, 1024, False, 9.0, 9.0),
+            row("v2", 64, 2048, False, 1.0, 2.0, rates=(400, 300), peak=(3, 1)),
+            row("torch-sdpa-flash", 64, 2048, False, 1.5, 3.0),
+            row("torch-sdpa-cudnn", 64, 2048, False, 0.8, 1.8, peak=(5, 1)),
+            row("standard", 64, 2048, False, 2.0, 5.0),
+            row("v2", 64, 4096, True, 2.0, 4.0, rates=(410, 350), peak=(3, 1)),
+            row("torch-sdpa-flash", 64, 4096, True, 2.6, 4.4),
+            row("torch-sdpa-cudnn", 64, 4096, True, 0.0, 0.0, status="oom"),  # no value: out of its ranges
+            row("standard", 64, 4096, True, 3.0, 12.0),
+            # d = 128: ours did not run, so no line
+            row("v2", 128, 4096, False, 0.0, 0.0, status="oom"),
+            row("torch-sdpa-flash", 128, 4096, False, 1.0, 1.0),
+        ]
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "sweep.json")
+            with open(path, "w", encoding="utf-8") as handle:
+                json.dump({"schema_version": 1, "meta": {}, "rows": rows}, handle)
+            status, text, err = render([path, "--summary", "--min-n", "2048"])
+        self.assertEqual(status, 0, err)
+        lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| d ")]
+        self.assertEqual(len(lines), 1, text)
+        cells = [cell.strip() for cell in lines[0].strip("|").split("|")]
+        self.assertEqual(cells, ["64", "2", "2048–4096",
+                                 "1.10–1.50",  # bwd: FA2 ÷ ours, 3.0/2.0 and 4.4/4.0
+                                 "0.90",       # bwd: cuDNN ÷ ours, the oom row left out
+                                 "1.30–1.50",  # fwd: FA2 ÷ ours, 2.6/2.0 and 1.5/1.0
+                                 "0.80",
+                                 "–",          # no flashbench cudnn rows
+                                 "300–350", "400–410",
+                                 "0.50",       # peak beyond the inputs, (3 − 1)/(5 − 1)
+                                 "2.50–3.00"])  # standard's backward over ours
 
     def test_unreadable_file_is_one_line_and_status_2(self):
         with tempfile.TemporaryDirectory() as folder:
