@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Build flashbench with the CUDA backend on a GPU machine and run the whole test suite there, the GPU
-# tests included (they skip with "no CUDA device" elsewhere). Logs go to OUTPUT_DIR.
+# Build flashbench with the CUDA backend on a GPU machine, check its machine code
+# (scripts/sass_check.py: HGMMA in every sm_90a kernel, no local memory there; OUTPUT_DIR/sass.md)
+# and run the whole test suite there, the GPU tests included (they skip with "no CUDA device"
+# elsewhere). Logs go to OUTPUT_DIR.
 #
 #   scripts/gpu-check.sh OUTPUT_DIR [BUILD_DIR]
 #
@@ -62,6 +64,12 @@ cmake -S "$root" -B "$build" ${cmake_args[@]+"${cmake_args[@]}"} >"$out/configur
 echo "== build"
 cmake --build "$build" -j "$jobs" >"$out/build.log" 2>&1 || { grep -E -A5 "error|FAILED" "$out/build.log" | head -60; exit 1; }
 grep -E "spill" "$out/build.log" | sort -u | head -20 || true
+# The machine code: HGMMA in every sm_90a kernel and no local memory there (scripts/sass_check.py;
+# the table of every kernel in OUT/sass.md). A broken rule fails this script; no cuobjdump, a note.
+echo "== machine code"
+sass_status=0
+python3 "$root/scripts/sass_check.py" "$build/flashbench" >"$out/sass.md" || sass_status=$?
+if [ "$sass_status" = 2 ]; then sass_status=0; fi
 echo "== test"
 set +e
 ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 600 >"$out/ctest.log" 2>&1
@@ -71,4 +79,5 @@ grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | head -40
 "$build/tests/flashbench_tests" --gtest_filter='Gpu/*:CudaBackend.*:CudaDevice.*:CudnnDevice.*' --gtest_brief=1 >"$out/gpu-tests.log" 2>&1 || true
 grep -cE "^\[       OK \]|OK \]" "$out/gpu-tests.log" >/dev/null || true
 tail -3 "$out/gpu-tests.log"
+if [ "$status" = 0 ]; then status=$sass_status; fi
 exit $status
