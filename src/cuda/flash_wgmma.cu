@@ -3,8 +3,8 @@
 // Compiled for sm_90a alone (src/cuda/CMakeLists.txt); flash.cu calls it on a compute capability 9.0
 // device and keeps the mma.sync kernels (flash_mma.cu) for every other GPU and as `v2.mma`.
 //
-// Forward: a block of 2 warpgroups owns 128 queries (64 each) and walks the K/V tiles of 128 keys:
-// S = Q·Kᵀ (both operands from shared memory), online softmax in registers, O += P·V with P straight
+// Forward: a block of 2 warpgroups owns 128 queries (64 each) and walks the K/V tiles of kKeys keys
+// (192 in 128-wide tiles without dropout, else 128): S = Q·Kᵀ (both operands from shared memory), online softmax in registers, O += P·V with P straight
 // from the S accumulators as the A operand.
 //
 // Backward (FlashAttention-2's loop order): a block of 2 warpgroups owns 128 keys (64 each) and walks
@@ -132,10 +132,12 @@ __device__ __forceinline__ unsigned char* generic_at(unsigned char* raw, uint32_
 
 // ---- forward ---------------------------------------------------------------------------------------
 
-template <int D>
+template <int D, bool kDropout>
 struct ForwardPlan {
   static constexpr int kQueries = 128;  // per block: 2 warpgroups × 64 rows
-  static constexpr int kKeys = 128;     // per K/V tile
+  // Keys per K/V tile: 192 in 128-wide tiles (d = 128, and 96 padded to 128) without dropout (fewer
+  // tiles share the per-tile costs; two stages still fit), else 128.
+  static constexpr int kKeys = D == 128 && !kDropout ? 192 : 128;
   static constexpr int kThreads = 2 * kWarpgroupThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kStages = 2;     // K/V tiles in flight
@@ -149,6 +151,8 @@ struct ForwardPlan {
   // buffers, rows padded to 132 bytes.
   static constexpr int kMaskLd = kKeys + 4;
   static constexpr int kMaskBytes = 2 * 2 * (kQueries / 2) * kMaskLd;
+  static_assert(kSharedBytes + (kDropout ? kMaskBytes : 0) <= 227 * 1024,
+                "an H100/H200 block has at most 227 KiB of shared memory");
 };
 
 // What the kernels need of a layer beyond its tensors (kernels.hpp's LayerShape, in kernel arguments).
@@ -165,8 +169,8 @@ struct Extents {
 };
 
 // grid (ceil(N/128), BH), 256 threads; Q, O: [BH, N, kDim]; K, V: [BG, N_k, kDim] (q_map, k_map,
-// v_map: their tensor maps, boxes of 128 rows); lse: [BH, N] (natural log, +∞ for a row that sees
-// no key). The tiles are D wide: a head dim kDim < D arrives zero-padded (d = 96 in 128), which
+// v_map: their tensor maps, boxes of 128 and Plan::kKeys rows); lse: [BH, N] (natural log, +∞ for
+// a row that sees no key). The tiles are D wide: a head dim kDim < D arrives zero-padded (d = 96 in 128), which
 // changes no product. kDropout: O = P̃·V with the mask of `dropout`.
 //
 // The two warpgroups share K/V tiles but nothing else, so no block barrier orders them: tile j
@@ -177,7 +181,7 @@ __global__ void __launch_bounds__(256, 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, T* __restrict__ O, float* __restrict__ lse,
                    Extents extents, float scale_log2, philox::DropoutMask dropout) {
-  using Plan = ForwardPlan<D>;
+  using Plan = ForwardPlan<D, kDropout>;
   using QTile = typename Plan::QTile;
   using KVTile = typename Plan::KVTile;
   extern __shared__ unsigned char shared_raw[];
@@ -243,7 +247,7 @@ __global__ void __launch_bounds__(256, 1)
     if constexpr (kDropout) warpgroup_barrier(warpgroup);
     const uint32_t sKj = sK + kv_ring.stage * KVTile::kBytes, sVj = sV + kv_ring.stage * KVTile::kBytes;
 
-    // S = Q·Kᵀ [64 rows × 128 keys]
+    // S = Q·Kᵀ [64 rows × kKeys keys]
     const uint64_t q_desc = opaque(k_major_base<QTile>(sQ, warpgroup * 64));
     const uint64_t k_desc = k_major_base<KVTile>(sKj, 0), v_desc = mn_major_base<KVTile>(sVj, 0);
     float s[Plan::kKeys / 2];
@@ -742,7 +746,7 @@ CUtensorMap operand_map(const void* base, int64_t head_dim, int64_t rows, int64_
 template <class T, int D, int kDim, bool kDropout>
 void forward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    cudaStream_t stream) {
-  using Plan = ForwardPlan<D>;
+  using Plan = ForwardPlan<D, kDropout>;
   constexpr int kSharedBytes = Plan::kSharedBytes + (kDropout ? Plan::kMaskBytes : 0);
   check_cuda(cudaFuncSetAttribute(forward_kernel<T, D, kDim, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   kSharedBytes),
