@@ -8,14 +8,14 @@
 // from the S accumulators as the A operand.
 //
 // Backward (FlashAttention-2's loop order): a block of 2 warpgroups owns 128 keys (64 each) and walks
-// the 64-query tiles that see them (Q, dO, LSE, D):
+// the query tiles that see them (Q, dO, LSE, D; 64 queries, or 128 at d = 64 without dropout):
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                        (A and B from shared memory)
 //   Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ ∘ (dPᵀ − D)       (registers)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q                        (A from registers, B MN-major from shared memory)
 //   dQ  = dS·K over the block's keys                (dSᵀ through shared memory, both MN-major)
 // Sᵀ and dPᵀ are two commit groups, so the exponentials start while dPᵀ is still on the tensor
 // cores, and dSᵀ is stored for dQ while the dV and dK products run. dQ goes to the fp32
-// accumulator by the copy engine's reductions (cp.reduce.async.bulk.tensor, [64][32] boxes from a
+// accumulator by the copy engine's reductions (cp.reduce.async.bulk.tensor, [queries][32] boxes from a
 // swizzled tile) instead of per-element atomics; dK and dV once at the end.
 //
 // Tiles arrive by the copy engine (TMA, one thread names a tile in a tensor map) on mbarriers, two
@@ -363,7 +363,9 @@ __global__ void __launch_bounds__(256, 1)
 template <int D, bool kDropout>
 struct BackwardPlan {
   static constexpr int kKeys = 128;    // per block: 2 warpgroups × 64 keys
-  static constexpr int kQueries = 64;  // per query tile
+  // Queries per tile: 128 at d = 64 without dropout, where the elementwise work of a tile is the
+  // same as at d = 128 over half the products and larger tiles share the per-tile costs; else 64.
+  static constexpr int kQueries = D == 64 && !kDropout ? 128 : 64;
   static constexpr int kThreads = 2 * kWarpgroupThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kStages = 2;    // query tiles (Q, dO, LSE, D) in flight
@@ -371,7 +373,7 @@ struct BackwardPlan {
   using QTile = SwizzledTile<kQueries, D>;
   using DsTile = SwizzledTile<kKeys, kQueries>;  // dSᵀ [keys][queries]
   // dQ of one query tile in fp32, swizzled as the copy engine reads it for its reduction into the
-  // accumulator (boxes of [64 rows][32 columns]).
+  // accumulator (boxes of [kQueries rows][32 columns]).
   using DqTile = SwizzledFloatTile<kQueries, D>;
   // D = 128: the warpgroups split dQ's columns, one [64][D] tile; D = 64: they split the keys,
   // each writing and reducing its own partial tile.
@@ -379,28 +381,32 @@ struct BackwardPlan {
   static constexpr int kKBytes = KVTile::kBytes;
   static constexpr int kQBytes = QTile::kBytes;
   static constexpr int kDqBytes = kDqParts * DqTile::kBytes;
+  // dSᵀ twice (at D = 128 a warpgroup may write the next tile's while the other still reads this
+  // one's); once for the 128-query tiles, where each warpgroup reads only its own keys' rows (the
+  // d = 64 instance with dropout keeps the two buffers it was measured with).
+  static constexpr int kDsBuffers = kQueries == 128 ? 1 : 2;
   // mbarriers (K and V; one per stage), the per-stage counts of warps done with it.
   static constexpr int kBarrierBytes = 8 * (1 + kStages) + 4 * kStages;
-  // K, V; a Q and a dO tile per stage; dSᵀ twice (a warpgroup may write the next tile's while the
-  // other still reads this one's); dQ; LSE and D [64] fp32 per stage; the barriers; slack. With
+  // K, V; a Q and a dO tile per stage; dSᵀ; dQ; LSE and D [kQueries] fp32 per stage; the barriers;
+  // slack. With
   // dropout, each warpgroup's keep flags of a tile [64 queries][its 64 keys], one byte each, two
   // buffers, rows padded to 68 bytes (the four queries a warp reads at once then fall in distinct
   // banks).
   static constexpr int kMaskLd = kKeys / 2 + 4;
   static constexpr int kMaskBytes = kDropout ? 2 * 2 * kQueries * kMaskLd : 0;
-  static constexpr int kSharedBytes = 2 * kKBytes + 2 * kStages * kQBytes + 2 * DsTile::kBytes + kDqBytes +
+  static constexpr int kSharedBytes = 2 * kKBytes + 2 * kStages * kQBytes + kDsBuffers * DsTile::kBytes + kDqBytes +
                                       2 * kStages * kQueries * 4 + kBarrierBytes + kMaskBytes + 1024;
   static_assert(kSharedBytes <= 227 * 1024, "an H100/H200 block has at most 227 KiB of shared memory");
 };
 
 // grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
 // heads that read its K/V head, so dK and dV sum over the group in registers. q_map, do_map: the
-// tensor maps of Q, dO [BH, N, kDim] (boxes of 64 rows); k_map, v_map of K, V [BG, N_k, kDim] (128).
-// Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of 64 rows) and dK + dV into
-// dkv_accumulator [BG, N_k, kDim] (fp32, both zeroed by the caller; one buffer for self-attention);
-// lse (natural log) and row_dot [BH, N]. Tiles D wide, the head dim kDim ≤ D zero-padded as in the
-// forward kernel. kDropout: the mask of `dropout` redrawn per tile, P̃ for dV and dP = dP̃ ∘ Z/(1 − p)
-// for dS.
+// tensor maps of Q, dO [BH, N, kDim] (boxes of kQueries rows); k_map, v_map of K, V [BG, N_k, kDim]
+// (128). Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of kQueries rows) and
+// dK + dV into dkv_accumulator [BG, N_k, kDim] (fp32, both zeroed by the caller; one buffer for
+// self-attention); lse (natural log) and row_dot [BH, N]. Tiles D wide, the head dim kDim ≤ D
+// zero-padded as in the forward kernel. kDropout: the mask of `dropout` redrawn per tile, P̃ for dV
+// and dP = dP̃ ∘ Z/(1 − p) for dS.
 //
 // Query tile `it` arrives on mbarrier full[it % kStages]: Q and dO by the copy engine, LSE and D
 // by cp.async of the warp that issued it; the last of the block's 8 warps to finish with a stage
@@ -424,9 +430,9 @@ __global__ void __launch_bounds__(256, 1)
   const uint32_t sV = sK + Plan::kKBytes;
   const uint32_t sQ = sV + Plan::kKBytes;                  // [kStages]
   const uint32_t sdO = sQ + Plan::kStages * Plan::kQBytes;  // [kStages]
-  const uint32_t sdS = sdO + Plan::kStages * Plan::kQBytes; // [2]
-  const uint32_t sDq = sdS + 2 * DsTile::kBytes;
-  const uint32_t sLse = sDq + Plan::kDqBytes;               // [kStages][64] fp32
+  const uint32_t sdS = sdO + Plan::kStages * Plan::kQBytes; // [kDsBuffers]
+  const uint32_t sDq = sdS + Plan::kDsBuffers * DsTile::kBytes;
+  const uint32_t sLse = sDq + Plan::kDqBytes;               // [kStages][kQueries] fp32
   const uint32_t sRowDot = sLse + Plan::kStages * Plan::kQueries * 4;
   const uint32_t kv_full = sRowDot + Plan::kStages * Plan::kQueries * 4;
   StageRing<Plan::kStages, Plan::kWarps> ring{kv_full + 8, kv_full + 8 + 8 * Plan::kStages};  // Q, dO, LSE, D
@@ -443,7 +449,7 @@ __global__ void __launch_bounds__(256, 1)
   const bool key_inside[2] = {k0 + key_local[0] < seq_k, k0 + key_local[1] < seq_k};
 
   // Causal: queries i < k0 − shift see none of these keys. The block walks query tiles
-  // first_query, first_query + 64, … of each of the group's r query heads in turn; a cursor steps
+  // first_query, first_query + kQueries, … of each of the group's r query heads in turn; a cursor steps
   // through them (no division per tile: the loop is instruction-bound).
   const int64_t first_query = causal ? max(k0 - shift, int64_t(0)) : 0;
   const int tiles_per_head =
@@ -469,8 +475,8 @@ __global__ void __launch_bounds__(256, 1)
     }
     return tile;
   };
-  // By one whole warp: Q and dO through the copy engine (lane 0), LSE and D by cp.async (two rows a
-  // lane, zeros past N), all completing on the stage's mbarrier (1 + 32 arrivals a phase).
+  // By one whole warp: Q and dO through the copy engine (lane 0), LSE and D by cp.async (kQueries/32
+  // rows a lane, zeros past N), all completing on the stage's mbarrier (1 + 32 arrivals a phase).
   auto fetch_query_tile = [&](const QueryTile& tile, int stage) {
     const uint32_t barrier = ring.barrier(stage);
     if (lane == 0) {
@@ -479,7 +485,7 @@ __global__ void __launch_bounds__(256, 1)
       tma_load_tile<QTile>(sdO + stage * Plan::kQBytes, do_map, tile.q0, tile.head, barrier);
     }
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < Plan::kQueries / 32; ++half) {
       const int r = lane + 32 * half;
       const bool inside = tile.q0 + r < seq;
       const int64_t index = tile.row_offset + (inside ? tile.q0 + r : 0);
@@ -536,22 +542,22 @@ __global__ void __launch_bounds__(256, 1)
     const float* lse_i = lse_tile + stage * Plan::kQueries;
     const float* row_dot_i = row_dot_tile + stage * Plan::kQueries;
 
-    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for this warpgroup's 64 keys × 64 queries, as two groups: the
+    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for this warpgroup's 64 keys × kQueries queries, as two groups: the
     // exponentials of Pᵀ run while dPᵀ is still on the tensor cores.
     const uint64_t k_desc = opaque(k_major_base<KVTile>(sK, warpgroup * 64));
     const uint64_t v_desc = opaque(k_major_base<KVTile>(sV, warpgroup * 64));
     const uint64_t q_desc = k_major_base<QTile>(sQi, 0), do_desc = k_major_base<QTile>(sdOi, 0);
-    float st[32], dpt[32];
+    float st[Plan::kQueries / 2], dpt[Plan::kQueries / 2];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      Wgmma<T, 64>::template ss<0, 0>(st, advance(k_desc, k_major_step<KVTile>(kk)),
-                                      advance(q_desc, k_major_step<QTile>(kk)), kk > 0);
+      Wgmma<T, Plan::kQueries>::template ss<0, 0>(st, advance(k_desc, k_major_step<KVTile>(kk)),
+                                                  advance(q_desc, k_major_step<QTile>(kk)), kk > 0);
     wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      Wgmma<T, 64>::template ss<0, 0>(dpt, advance(v_desc, k_major_step<KVTile>(kk)),
-                                      advance(do_desc, k_major_step<QTile>(kk)), kk > 0);
+      Wgmma<T, Plan::kQueries>::template ss<0, 0>(dpt, advance(v_desc, k_major_step<KVTile>(kk)),
+                                                  advance(do_desc, k_major_step<QTile>(kk)), kk > 0);
     wgmma_commit();
     if constexpr (kDropout) {
       if (it + 1 < query_tiles) draw_tile_flags(next_tile(tile), buffer ^ 1);
@@ -569,13 +575,13 @@ __global__ void __launch_bounds__(256, 1)
         queries_left == Plan::kQueries && k0 + Plan::kKeys <= seq_k && (!causal || diagonal >= Plan::kKeys - 1);
     if (interior) {
 #pragma unroll
-      for (int c = 0; c < 8; ++c)
+      for (int c = 0; c < Plan::kQueries / 8; ++c)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           st[4 * c + e] = fast_exp2(fmaf(st[4 * c + e], scale_log2, -kLog2e * lse_i[8 * c + 2 * t + (e & 1)]));
     } else {
 #pragma unroll
-      for (int c = 0; c < 8; ++c)
+      for (int c = 0; c < Plan::kQueries / 8; ++c)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int local_query = 8 * c + 2 * t + (e & 1);
@@ -590,7 +596,7 @@ __global__ void __launch_bounds__(256, 1)
       // dSᵀ = Pᵀ ∘ (dPᵀ ∘ Z/(1 − p) − D), then Pᵀ becomes P̃ᵀ for dV, Z from the tile's flags.
       const unsigned char* keep = keep_here + buffer * Plan::kQueries * Plan::kMaskLd;
 #pragma unroll
-      for (int c = 0; c < 8; ++c)
+      for (int c = 0; c < Plan::kQueries / 8; ++c)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int local_query = 8 * c + 2 * t + (e & 1);
@@ -599,44 +605,60 @@ __global__ void __launch_bounds__(256, 1)
           st[4 * c + e] *= factor;
         }
     }
-    uint32_t pa[4][4];
+    uint32_t pa[Plan::kQueries / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) as_a_fragment<T>(pa[kk], st, kk);
+    for (int kk = 0; kk < Plan::kQueries / 16; ++kk) as_a_fragment<T>(pa[kk], st, kk);
 
     // dSᵀ = Pᵀ ∘ (dPᵀ − D), D_i = rowsum(dO ∘ O) from the pre-pass over the whole row.
     if constexpr (!kDropout) {
 #pragma unroll
-      for (int c = 0; c < 8; ++c)
+      for (int c = 0; c < Plan::kQueries / 8; ++c)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           dpt[4 * c + e] = st[4 * c + e] * (dpt[4 * c + e] - row_dot_i[8 * c + 2 * t + (e & 1)]);
     }
-    uint32_t dsa[4][4];
+    uint32_t dsa[Plan::kQueries / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) as_a_fragment<T>(dsa[kk], dpt, kk);
+    for (int kk = 0; kk < Plan::kQueries / 16; ++kk) as_a_fragment<T>(dsa[kk], dpt, kk);
     // dV += Pᵀ·dO and dK += dSᵀ·Q (scale applied once at the end), dO and Q read MN-major.
     const uint64_t do_t_desc = mn_major_base<QTile>(sdOi, 0), q_t_desc = mn_major_base<QTile>(sQi, 0);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int kk = 0; kk < Plan::kQueries / 16; ++kk)
       Wgmma<T, D>::template rs<1>(dv, pa[kk], advance(do_t_desc, mn_major_step<QTile>(kk)), 1);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int kk = 0; kk < Plan::kQueries / 16; ++kk)
       Wgmma<T, D>::template rs<1>(dk, dsa[kk], advance(q_t_desc, mn_major_step<QTile>(kk)), 1);
     wgmma_commit();
 
     // dSᵀ into shared memory for dQ while those run: register pair (c, h) of the fragments is
-    // (key_local[h], queries 8c + 2t, +1); fragment kk = c/2 holds it in a[2·(c%2) + h]. Buffer
-    // `buffer` was last read by the dQ products of tile it − 2, which both warpgroups finished
-    // before they passed tile it − 1's barrier.
-    const uint32_t sdSi = sdS + buffer * DsTile::kBytes;
-    unsigned char* ds_tile = generic_at(shared_raw, sdSi);
+    // (key_local[h], queries 8c + 2t, +1); fragment kk = c/2 holds it in a[2·(c%2) + h]. With two
+    // buffers, buffer `buffer` was last read by the dQ products of tile it − 2, which both
+    // warpgroups finished before they passed tile it − 1's barrier; with one (128-query tiles, each
+    // warpgroup reading only its own keys' rows), by this warpgroup's dQ products of tile it − 1,
+    // finished (wgmma_wait) before its barrier at the end of that tile.
+    const uint32_t sdSi = sdS + (buffer % Plan::kDsBuffers) * DsTile::kBytes;
+    if constexpr (Plan::kQueries == 64) {
+      unsigned char* ds_tile = generic_at(shared_raw, sdSi);
 #pragma unroll
-    for (int c = 0; c < 8; ++c)
+      for (int c = 0; c < Plan::kQueries / 8; ++c)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        *reinterpret_cast<uint32_t*>(ds_tile + DsTile::offset(key_local[h], 8 * c + 2 * t)) =
-            dsa[c / 2][2 * (c % 2) + h];
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<uint32_t*>(ds_tile + DsTile::offset(key_local[h], 8 * c + 2 * t)) =
+              dsa[c / 2][2 * (c % 2) + h];
+    } else {
+      // The same addresses, formed in the loop (held across it, the 32 of a 128-query tile spill):
+      // DsTile::offset(key_local[h], 8c + 2t) is row_base + 1024h + panel c/8 + 16-byte chunk
+      // (c % 8) ^ g, key_local[h] % 8 being g.
+      unsigned char* row_base = generic_at(shared_raw, opaque(uint32_t(sdSi + key_local[0] * 128 + 4 * t)));
+      const uint32_t hidden_g = opaque(uint32_t(g));
+#pragma unroll
+      for (int c = 0; c < Plan::kQueries / 8; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<uint32_t*>(row_base + 1024 * h + (c / 8) * DsTile::kPanelBytes +
+                                       ((uint32_t(c % 8) ^ hidden_g) << 4)) = dsa[c / 2][2 * (c % 2) + h];
+    }
     fence_proxy_async();
     if (reducer) bulk_wait_read();  // this warpgroup's last dQ reduction has read its part of the tile
     // D = 128: all of dSᵀ is written (each warpgroup's dQ columns sum over both halves of the keys);
@@ -646,23 +668,27 @@ __global__ void __launch_bounds__(256, 1)
     else
       warpgroup_barrier(warpgroup);
 
-    // dQ = dS·K: A = dSᵀ [keys][queries] read M-major, B = K [keys][D] read N-major.
-    // D = 128: warpgroup w takes columns 64w..64w+63 over all 128 keys; D = 64: all columns over
-    // its own 64 keys (k-steps 4w..4w+3).
+    // dQ = dS·K: A = dSᵀ [keys][queries] read M-major, B = K [keys][D] read N-major, one product per
+    // 64 queries (the query half qh reads dSᵀ's panel qh). D = 128: warpgroup w takes columns
+    // 64w..64w+63 over all 128 keys; D = 64: all columns over its own 64 keys (k-steps 4w..4w+3).
     constexpr int kDqSteps = D == 128 ? Plan::kKeys / 16 : 4;
+    constexpr int kQueryHalves = Plan::kQueries / 64;
     const int first_step = D == 128 ? 0 : 4 * warpgroup;
     const uint64_t ds_desc = advance(opaque(mn_major_base<DsTile>(sdSi, 0)), mn_major_step<DsTile>(first_step));
     const uint64_t k_t_desc =
         advance(opaque(mn_major_base<KVTile>(sK, D == 128 ? warpgroup * 64 : 0)), mn_major_step<KVTile>(first_step));
-    float dq[32];
+    float dq[kQueryHalves][32];
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kDqSteps; ++kk)
-      Wgmma<T, 64>::template ss<1, 1>(dq, advance(ds_desc, mn_major_step<DsTile>(kk)),
-                                      advance(k_t_desc, mn_major_step<KVTile>(kk)), kk > 0);
+    for (int qh = 0; qh < kQueryHalves; ++qh)
+#pragma unroll
+      for (int kk = 0; kk < kDqSteps; ++kk)
+        Wgmma<T, 64>::template ss<1, 1>(dq[qh], advance(ds_desc, qh * DsTile::kPanelBytes + mn_major_step<DsTile>(kk)),
+                                        advance(k_t_desc, mn_major_step<KVTile>(kk)), kk > 0);
     wgmma_commit();
     wgmma_wait<0>();
-    pin(dq);
+#pragma unroll
+    for (int qh = 0; qh < kQueryHalves; ++qh) pin(dq[qh]);
     pin(dk);
     pin(dv);
 
@@ -676,35 +702,38 @@ __global__ void __launch_bounds__(256, 1)
 
     // Each warpgroup writes its part of dQ (D = 128: its 64 columns; D = 64: its own partial tile)
     // and one of its threads hands it to the copy engine, which adds it into the accumulator a
-    // [64 rows][32 columns] box at a time (rows past N and columns past kDim are dropped): no
+    // [kQueries rows][32 columns] box at a time (rows past N and columns past kDim are dropped): no
     // block-wide barrier needed.
     const int part = Plan::kDqParts == 2 ? warpgroup : 0, column0 = Plan::kDqParts == 2 ? 0 : warpgroup * 64;
     const uint32_t dq_part = sDq + part * DqTile::kBytes;
-    if constexpr (!kDropout) {
+    if constexpr (!kDropout && kQueryHalves == 1) {
       unsigned char* dq_tile = generic_at(shared_raw, dq_part);
 #pragma unroll
       for (int c = 0; c < 8; ++c)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           *reinterpret_cast<float2*>(dq_tile + DqTile::offset(warp * 16 + g + 8 * h, column0 + 8 * c + 2 * t)) =
-              make_float2(scale * dq[4 * c + 2 * h], scale * dq[4 * c + 2 * h + 1]);
+              make_float2(scale * dq[0][4 * c + 2 * h], scale * dq[0][4 * c + 2 * h + 1]);
     } else {
-      // The same addresses, written for the registers dropout leaves (the Philox draws): DqTile::offset
-      // of (row 16·warp + g + 8h, column column0 + 8c + 2t) is row_base + 1024h + panel
-      // (column0 + 8c)/32 + 16-byte chunk (2(c % 4) + t/2) ^ g, that is 2(c % 4) ^ chunk. Both lane
-      // parts are hidden from loop-invariant motion, so the addresses are formed here instead of
-      // being held across the loop (108 bytes of spill otherwise). Without dropout the form above
-      // measured 2-3 % faster.
+      // The same addresses, formed in the loop where registers are short (dropout's Philox draws;
+      // 128-query tiles): DqTile::offset of (row 64qh + 16·warp + g + 8h, column column0 + 8c + 2t)
+      // is row_base + 8192qh + 1024h + panel (column0 + 8c)/32 + 16-byte chunk (2(c % 4) + t/2) ^ g,
+      // that is 2(c % 4) ^ chunk. Both lane parts are hidden from loop-invariant motion, so the
+      // addresses are formed here instead of being held across the loop (108 bytes of spill with
+      // dropout otherwise). Without either, the form above measured 2-3 % faster.
       unsigned char* row_base =
           generic_at(shared_raw, opaque(uint32_t(dq_part + (warp * 16 + g) * 128 + (t & 1) * 8)));
       const uint32_t chunk = opaque(uint32_t((t >> 1) ^ g));
 #pragma unroll
-      for (int c = 0; c < 8; ++c)
+      for (int qh = 0; qh < kQueryHalves; ++qh)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          *reinterpret_cast<float2*>(row_base + 1024 * h + ((column0 + 8 * c) / 32) * DqTile::kPanelBytes +
-                                     ((chunk ^ uint32_t(2 * (c % 4))) << 4)) =
-              make_float2(scale * dq[4 * c + 2 * h], scale * dq[4 * c + 2 * h + 1]);
+        for (int c = 0; c < 8; ++c)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<float2*>(row_base + 64 * 128 * qh + 1024 * h +
+                                       ((column0 + 8 * c) / 32) * DqTile::kPanelBytes +
+                                       ((chunk ^ uint32_t(2 * (c % 4))) << 4)) =
+                make_float2(scale * dq[qh][4 * c + 2 * h], scale * dq[qh][4 * c + 2 * h + 1]);
     }
     fence_proxy_async();
     warpgroup_barrier(warpgroup);
