@@ -79,7 +79,8 @@ class CudaVsFloat64 : public testing::TestWithParam<Case> {};
 TEST_P(CudaVsFloat64, StackMatchesReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const Case& c = GetParam();
-  if (c.head_dim == 96 && cuda::compute_capability(0) != 90) GTEST_SKIP() << "d = 96 runs on the wgmma kernels only";
+  if ((c.head_dim == 96 || c.head_dim > 128) && cuda::compute_capability(0) != 90)
+    GTEST_SKIP() << "d = " << c.head_dim << " runs on the wgmma kernels only";
   Problem problem;
   problem.batch = 1;
   problem.heads = 2;
@@ -152,6 +153,14 @@ std::vector<Case> all_cases() {
     cases.push_back({Variant::v2, t, 1, 96, false});
     cases.push_back({Variant::v2, t, 130, 96, true, 4.0});
   }
+  // d = 192 and 256 on the wgmma kernels (64-key tiles; the backward splits its products between the
+  // warpgroups): ragged tiles, N = 1, large logits.
+  for (Dtype t : {Dtype::bf16, Dtype::fp16})
+    for (int64_t d : {192, 256}) {
+      for (bool causal : {false, true}) cases.push_back({Variant::v2, t, 383, d, causal});
+      cases.push_back({Variant::v2, t, 1, d, true});
+      cases.push_back({Variant::v2, t, 130, d, true, 4.0});
+    }
   for (Dtype t : {Dtype::bf16, Dtype::fp16})
     for (int64_t d : {64, 128}) {
       cases.push_back({Variant::v2, t, 77, d, true, 1.0, "v2.mma"});
@@ -258,11 +267,17 @@ TEST_P(CudaWorkloads, EveryVariantMatchesModelAndFloat64) {
       select_implementations(cuda_entry(), {"standard", "v1", "v2", "checkpoint", "v2.mma"});
   const std::vector<Row> rows = Runner(*device, quick_options()).run(problem, pointers(implementations));
   ASSERT_EQ(rows.size(), 5u);
-  // Every kernel family runs these workloads; d = 96 only the wgmma kernels (bf16/fp16, cc 9.0).
+  // Every kernel family runs these workloads at d = 64 and 128; d = 96 only the wgmma kernels
+  // (bf16/fp16, cc 9.0), and d = 192 and 256 only those without dropout.
   const bool wgmma = c.dtype != Dtype::fp32 && cuda::compute_capability(0) == 90;
+  auto v2_runs = [&](const Row& row) {
+    if (c.head_dim == 64 || c.head_dim == 128) return true;
+    const bool on_wgmma = row.implementation() == "v2" && wgmma;
+    return on_wgmma && (c.head_dim == 96 || c.dropout == 0.0);
+  };
   std::vector<Row> ran;
   for (const Row& row : rows) {
-    if (c.head_dim == 96 && row.variant == Variant::v2 && !(row.implementation() == "v2" && wgmma)) {
+    if (row.variant == Variant::v2 && !v2_runs(row)) {
       EXPECT_EQ(row.status, Status::skipped) << row.implementation();
       EXPECT_NE(row.reason.find("head_dim"), std::string::npos) << row.reason;
       continue;
@@ -300,7 +315,15 @@ INSTANTIATE_TEST_SUITE_P(
         WorkloadCase{"dropout_self_n1_fp16_d64", 4, 4, 1, 1, 64, true, false, 0.3, Dtype::fp16},
         WorkloadCase{"dropout_self_prime_fp16_d64", 2, 2, 383, 383, 64, false, false, 0.1, Dtype::fp16},
         // d = 96 on the wgmma kernels (v2.mma and the other GPUs' v2: skipped rows).
-        WorkloadCase{"dropout_gqa_nk_less_causal_bf16_d96", 4, 2, 201, 150, 96, true, false, 0.1, Dtype::bf16}),
+        WorkloadCase{"dropout_gqa_nk_less_causal_bf16_d96", 4, 2, 201, 150, 96, true, false, 0.1, Dtype::bf16},
+        // d = 192 and 256 on the wgmma kernels without dropout (with it, and v2.mma and the other GPUs'
+        // v2: skipped rows).
+        WorkloadCase{"gqa_prime_nk_less_causal_bf16_d192", 4, 2, 383, 129, 192, true, false, 0.0, Dtype::bf16},
+        WorkloadCase{"mqa_nk_more_fp16_d256", 4, 1, 131, 389, 256, false, false, 0.0, Dtype::fp16},
+        WorkloadCase{"mqa_nk_more_causal_bf16_d256_expand", 4, 1, 131, 389, 256, true, true, 0.0, Dtype::bf16},
+        WorkloadCase{"dropout_self_fp16_d256", 2, 2, 130, 130, 256, true, false, 0.1, Dtype::fp16},
+        WorkloadCase{"dropout_gqa_prime_nk_more_bf16_d192", 4, 2, 131, 197, 192, false, false, 0.2, Dtype::bf16},
+        WorkloadCase{"dropout_gqa_nk_less_causal_fp16_d256", 4, 2, 201, 150, 256, true, false, 0.1, Dtype::fp16}),
     workload_name);
 
 // A memory limit between v2's and standard's modelled peaks: the pre-flight skips standard, saying

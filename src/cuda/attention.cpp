@@ -206,10 +206,7 @@ class KeyValues {
 
 std::optional<std::string> CudaAttention::unsupported(const Problem& problem) const {
   if (variant_ != Variant::v2) return std::nullopt;
-  if (flash_runs(LayerShape::of(problem), flash_kernels(kernels_))) return std::nullopt;
-  return fmt::format("v2 on CUDA is built for head_dim 64 and 128 (and 96 on the wgmma kernels: bf16/fp16 on "
-                     "compute capability 9.0), not {}",
-                     problem.head_dim);
+  return flash_unsupported(LayerShape::of(problem), flash_kernels(kernels_));
 }
 
 void CudaAttention::forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) {

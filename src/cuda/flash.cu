@@ -5,9 +5,6 @@
 
 namespace flashbench::cuda {
 
-bool flash_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
-bool flash_wgmma_supports(int64_t head_dim) { return flash_supports(head_dim) || head_dim == 96; }
-
 namespace {
 
 // flash_wgmma.cu is compiled for sm_90a alone, which runs on compute capability 9.0 only.
@@ -29,11 +26,25 @@ bool flash_uses_wgmma(Dtype dtype, FlashKernels kernels) {
   return dtype != Dtype::fp32 && kernels == FlashKernels::best && current_device_is_hopper();
 }
 
-// Every kernel runs every workload (GQA, N_k ≠ N, dropout) at the head dims it is built for.
-bool flash_runs(const LayerShape& shape, FlashKernels kernels) {
-  return flash_uses_wgmma(shape.dtype, kernels) ? flash_wgmma_supports(shape.head_dim)
-                                                : flash_supports(shape.head_dim);
+std::optional<std::string> flash_unsupported(const LayerShape& shape, FlashKernels kernels) {
+  const int64_t d = shape.head_dim;
+  if (d == 64 || d == 128) return std::nullopt;
+  const bool wgmma = flash_uses_wgmma(shape.dtype, kernels);
+  if (wgmma && d == 96) return std::nullopt;
+  if (wgmma && (d == 192 || d == 256)) {
+    if (!shape.dropout.active()) return std::nullopt;
+    // The kernels run dropout there and their masks are right, but their fp16 output missed the
+    // float64 check's bar (3 x a naive fp16 implementation's error) in 3 of 13 runs on the H200, at
+    // 2-3.4 x that error where d = 128 stays under 2 x (docs/cuda-notes.md, round w7).
+    return "v2 on CUDA runs head_dim " + std::to_string(d) +
+           " without dropout only (with dropout its fp16 error is not yet within the check's bar)";
+  }
+  return "v2 on CUDA is built for head_dim 64 and 128 (and 96, 192, 256 on the wgmma kernels: bf16/fp16 on "
+         "compute capability 9.0), not " +
+         std::to_string(d);
 }
+
+bool flash_runs(const LayerShape& shape, FlashKernels kernels) { return !flash_unsupported(shape, kernels); }
 
 void flash_forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    FlashKernels kernels, cudaStream_t stream) {

@@ -4,8 +4,9 @@
 // device and keeps the mma.sync kernels (flash_mma.cu) for every other GPU and as `v2.mma`.
 //
 // Forward: a block of 2 warpgroups owns 128 queries (64 each) and walks the K/V tiles of kKeys keys
-// (192 in 128-wide tiles without dropout, else 128): S = Q·Kᵀ (both operands from shared memory), online softmax in registers, O += P·V with P straight
-// from the S accumulators as the A operand.
+// (192 in 128-wide tiles without dropout, 64 past d = 128, else 128): S = Q·Kᵀ (both operands from
+// shared memory), online softmax in registers, O += P·V with P straight from the S accumulators as
+// the A operand.
 //
 // Backward (FlashAttention-2's loop order): a block of 2 warpgroups owns 128 keys (64 each) and walks
 // the query tiles that see them (Q, dO, LSE, D; 64 queries, or 128 at d = 64 without dropout):
@@ -16,7 +17,8 @@
 // Sᵀ and dPᵀ are two commit groups, so the exponentials start while dPᵀ is still on the tensor
 // cores, and dSᵀ is stored for dQ while the dV and dK products run. dQ goes to the fp32
 // accumulator by the copy engine's reductions (cp.reduce.async.bulk.tensor, [queries][32] boxes from a
-// swizzled tile) instead of per-element atomics; dK and dV once at the end.
+// swizzled tile) instead of per-element atomics; dK and dV once at the end. Past d = 128 that block
+// does not fit an SM, and wide_backward_kernel splits the products between the warpgroups instead.
 //
 // Tiles arrive by the copy engine (TMA, one thread names a tile in a tensor map) on mbarriers, two
 // stages deep; the last warp of the block to finish with a stage refills it. So the threads that
@@ -24,6 +26,7 @@
 // forward pass, and at one per tile in the backward (none at d = 64).
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "flash_common.cuh"
@@ -79,12 +82,44 @@ __device__ __forceinline__ void draw_keep_flags(const philox::DropoutMask& dropo
   }
 }
 
+// Dropout keep flags of 64 query rows × 64 consecutive keys as bits: bit k % 32 of bits[2·row + k/32]
+// is set where key k is kept. By 128 threads, one word each (its 32 keys span 8 or 9 Philox blocks
+// of four consecutive elements), so no two threads write one word. Row r's first element in the
+// layer's [BH, N, N_k] weights is first_element + r·N_k.
+__device__ __forceinline__ void draw_keep_bits(const philox::DropoutMask& dropout, uint64_t first_element,
+                                               int64_t seq_k, uint32_t* bits, int thread) {
+  const int row = thread / 2, half = thread % 2;
+  const uint64_t first = first_element + uint64_t(row) * uint64_t(seq_k) + 32 * half;
+  uint32_t word = 0;
+  for (uint64_t block_start = first / 4 * 4; block_start < first + 32; block_start += 4) {
+    const philox::Block words = dropout.block(block_start);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const int64_t key = int64_t(block_start + w) - int64_t(first);
+      if (key >= 0 && key < 32 && philox_word(words, w) >= dropout.threshold) word |= 1u << key;
+    }
+  }
+  bits[thread] = word;
+}
+
 // Barrier of the 128 threads of one warpgroup (ids 1 and 2; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
   if (warpgroup == 0)
     asm volatile("bar.sync 1, %0;\n" ::"n"(kWarpgroupThreads) : "memory");
   else
     asm volatile("bar.sync 2, %0;\n" ::"n"(kWarpgroupThreads) : "memory");
+}
+
+// Named barrier kId of kThreads threads: sync waits for all of them, arrive counts this thread in
+// and goes on (a producer's hand-over: its stores before the arrive are seen after the consumers'
+// sync). Warp-uniform, as bar.sync is.
+template <int kId, int kThreads>
+__device__ __forceinline__ void named_barrier_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+}
+template <int kId, int kThreads>
+__device__ __forceinline__ void named_barrier_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
 
 // A ring of kStages tile buffers that the copy engine fills: stage s completes on the mbarrier at
@@ -132,12 +167,31 @@ __device__ __forceinline__ unsigned char* generic_at(unsigned char* raw, uint32_
 
 // ---- forward ---------------------------------------------------------------------------------------
 
+// o [64 rows × D] += a (k-step kk of the A operand, registers) · V's rows 16kk..16kk+15, all D
+// columns, V MN-major from the descriptor of its column 0. One wgmma up to D = 128; beyond, the
+// accumulator's column chunks of 128 (registers 64c..64c+63) and the rest each take their own
+// product, reading V from the panel where the chunk's columns start.
+template <class T, int D, class Tile>
+__device__ __forceinline__ void add_product_by_column_chunks(float (&o)[D / 2], const uint32_t (&a)[4],
+                                                             uint64_t v_desc, int kk) {
+  if constexpr (D <= 128) {
+    Wgmma<T, D>::template rs<1>(o, a, advance(v_desc, mn_major_step<Tile>(kk)), 1);
+  } else {
+    static_assert(D == 192 || D == 256, "head dims past 128: 192 or 256");
+    Wgmma<T, 128>::template rs<1>(*reinterpret_cast<float(*)[64]>(&o[0]), a,
+                                  advance(v_desc, mn_major_step<Tile>(kk)), 1);
+    Wgmma<T, D - 128>::template rs<1>(*reinterpret_cast<float(*)[(D - 128) / 2]>(&o[64]), a,
+                                      advance(v_desc, 2 * Tile::kPanelBytes + mn_major_step<Tile>(kk)), 1);
+  }
+}
+
 template <int D, bool kDropout>
 struct ForwardPlan {
   static constexpr int kQueries = 128;  // per block: 2 warpgroups × 64 rows
-  // Keys per K/V tile: 192 in 128-wide tiles (d = 128, and 96 padded to 128) without dropout (fewer
-  // tiles share the per-tile costs; two stages still fit), else 128.
-  static constexpr int kKeys = D == 128 && !kDropout ? 192 : 128;
+  // Keys per K/V tile: 64 past d = 128, where O takes D/2 registers a thread (128 at d = 256) and a
+  // larger K/V stage would not fit beside Q; 192 in 128-wide tiles (d = 128, and 96 padded to 128)
+  // without dropout (fewer tiles share the per-tile costs; two stages still fit); else 128.
+  static constexpr int kKeys = D > 128 ? 64 : D == 128 && !kDropout ? 192 : 128;
   static constexpr int kThreads = 2 * kWarpgroupThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kStages = 2;     // K/V tiles in flight
@@ -147,8 +201,8 @@ struct ForwardPlan {
   // counts of warps done with it; slack to reach the first 1024-byte boundary.
   static constexpr int kBarrierBytes = 8 * (1 + kStages) + 4 * kStages;
   static constexpr int kSharedBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes + kBarrierBytes + 1024;
-  // With dropout, each warpgroup's keep flags of a tile [64 queries][128 keys], a byte each, two
-  // buffers, rows padded to 132 bytes.
+  // With dropout, each warpgroup's keep flags of a tile [64 queries][kKeys keys], a byte each, two
+  // buffers, rows padded by 4 bytes.
   static constexpr int kMaskLd = kKeys + 4;
   static constexpr int kMaskBytes = 2 * 2 * (kQueries / 2) * kMaskLd;
   static_assert(kSharedBytes + (kDropout ? kMaskBytes : 0) <= 227 * 1024,
@@ -328,8 +382,7 @@ __global__ void __launch_bounds__(256, 1)
     for (int kk = 0; kk < Plan::kKeys / 16; ++kk) as_a_fragment<T>(p[kk], s, kk);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Plan::kKeys / 16; ++kk)
-      Wgmma<T, D>::template rs<1>(o, p[kk], advance(v_desc, mn_major_step<KVTile>(kk)), 1);
+    for (int kk = 0; kk < Plan::kKeys / 16; ++kk) add_product_by_column_chunks<T, D, KVTile>(o, p[kk], v_desc, kk);
     wgmma_commit();
     wgmma_wait<0>();
     pin(o);
@@ -356,6 +409,125 @@ __global__ void __launch_bounds__(256, 1)
           pack2<T>(o[4 * c + 2 * h] * inverse, o[4 * c + 2 * h + 1] * inverse);
     if (t == 0) lse[head * seq + row[h]] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : INFINITY;
   }
+}
+
+// ---- backward: the query tiles a block walks -------------------------------------------------------
+
+// A query tile of the backward: rows q0.. of query head `head`.
+struct QueryTile {
+  int64_t head;        // the query head
+  int64_t row_offset;  // head · N: its first row in Q, dO, LSE, D and dQ
+  int64_t q0;          // the tile's first query
+};
+
+// The query tiles a backward block of keys k0.. walks: first_query, first_query + kQueries, … of each
+// of the group's query heads it takes, in turn (causal: queries i < k0 − shift see none of its keys).
+// It takes all r heads of the group, or a share of them where the grid splits the group over
+// gridDim.z blocks (too few K/V heads and key blocks to fill the GPU: MQA, GQA at short N); dK and dV
+// are added atomically at the end, so the shares sum. A cursor steps through the tiles (no division
+// per tile: the loops are instruction-bound).
+template <int kQueries>
+struct QueryWalk {
+  int64_t seq;
+  int64_t first_query;
+  int count;        // the block's query tiles
+  QueryTile first;  // its first
+
+  __device__ __forceinline__ static QueryWalk of(const Extents& extents, int64_t k0, int64_t kv_head) {
+    const int64_t seq = extents.seq, shift = extents.seq_k - extents.seq;
+    const int64_t first_query = extents.causal ? max(k0 - shift, int64_t(0)) : 0;
+    const int tiles_per_head = first_query < seq ? int((seq - first_query + kQueries - 1) / kQueries) : 0;
+    const int heads_per_split = (extents.group_size + int(gridDim.z) - 1) / int(gridDim.z);
+    const int first_head = int(blockIdx.z) * heads_per_split;
+    const int heads_here = max(0, min(extents.group_size - first_head, heads_per_split));
+    const int64_t head = kv_head * extents.group_size + first_head;
+    return {seq, first_query, tiles_per_head * heads_here, QueryTile{head, head * seq, first_query}};
+  }
+  __device__ __forceinline__ QueryTile next(QueryTile tile) const {
+    tile.q0 += kQueries;
+    if (tile.q0 >= seq) {
+      tile.q0 = first_query;
+      tile.head += 1;
+      tile.row_offset += seq;
+    }
+    return tile;
+  }
+};
+
+// By one whole warp: query tile `tile` into stage `stage` of the ring, Q and dO through the copy
+// engine (lane 0) into the QTiles at sQ and sdO ([stages] of them), LSE and D by cp.async (two rows a
+// lane, zeros past N) into the fp32 rows at sLse and sRowDot ([stages][64]), all completing on
+// `barrier` (1 + 32 arrivals a phase).
+template <class QTile>
+__device__ __forceinline__ void fetch_query_tile(const CUtensorMap& q_map, const CUtensorMap& do_map,
+                                                 const float* lse, const float* row_dot, int64_t seq,
+                                                 const QueryTile& tile, int stage, uint32_t barrier, uint32_t sQ,
+                                                 uint32_t sdO, uint32_t sLse, uint32_t sRowDot, int lane) {
+  constexpr int kQueries = 64;
+  static_assert(QTile::kPanelBytes == kQueries * 128, "64-query tiles: two rows of LSE and D a lane");
+  if (lane == 0) {
+    mbarrier_arrive_expect_bytes(barrier, 2 * QTile::kBytes);
+    tma_load_tile<QTile>(sQ + stage * QTile::kBytes, q_map, tile.q0, tile.head, barrier);
+    tma_load_tile<QTile>(sdO + stage * QTile::kBytes, do_map, tile.q0, tile.head, barrier);
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = lane + 32 * half;
+    const bool inside = tile.q0 + r < seq;
+    const int64_t index = tile.row_offset + (inside ? tile.q0 + r : 0);
+    cp_async_4(sLse + (stage * kQueries + r) * 4, lse + index, inside);
+    cp_async_4(sRowDot + (stage * kQueries + r) * 4, row_dot + index, inside);
+  }
+  cp_async_arrive(barrier);
+}
+
+// Pᵀ = exp(Sᵀ − LSE) in place over a warpgroup's Sᵀ accumulator [64 keys × 64 queries] (the forward
+// pass's P_ij = exp(S_ij − LSE_i), transposed), 0 where masked. In 32-bit tile coordinates: query
+// q0 + lq exists when lq < queries_left, and sees key k0 + lk when lk <= lq + diagonal. Interior
+// tiles (every query and key exists, every key is seen by every query) skip the test. The block has
+// kKeys keys from k0; register 4c + e holds key key_local[e/2] of the block (key_inside: it exists)
+// and query 8c + 2t + e%2 of the tile; lse_row: the tile's LSE (natural log).
+template <int kKeys, int kQueries>
+__device__ __forceinline__ void probabilities_transposed(float (&st)[32], const float* lse_row, float scale_log2,
+                                                         const Extents& extents, int64_t q0, int64_t k0,
+                                                         const int (&key_local)[2], const bool (&key_inside)[2],
+                                                         int t) {
+  const int64_t seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
+  const bool causal = extents.causal;
+  const int queries_left = int(min(seq - q0, int64_t(kQueries)));
+  const int diagonal = int(max(min(q0 + shift - k0, int64_t(kKeys)), int64_t(-kQueries - 1)));
+  const bool interior = queries_left == kQueries && k0 + kKeys <= seq_k && (!causal || diagonal >= kKeys - 1);
+  if (interior) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        st[4 * c + e] = fast_exp2(fmaf(st[4 * c + e], scale_log2, -kLog2e * lse_row[8 * c + 2 * t + (e & 1)]));
+  } else {
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int local_query = 8 * c + 2 * t + (e & 1);
+        const bool visible = local_query < queries_left && key_inside[e / 2] &&
+                             (!causal || key_local[e / 2] <= local_query + diagonal);
+        st[4 * c + e] =
+            visible ? fast_exp2(fmaf(st[4 * c + e], scale_log2, -kLog2e * lse_row[8 * c + 2 * t + (e & 1)])) : 0.0f;
+      }
+  }
+}
+
+// dSᵀ from A fragments (as_a_fragment of the accumulator [64 keys × 64 queries]) into the DsTile at
+// ds_tile: accumulator register pair (c, h) is (key_local[h], queries 8c + 2t, +1), and fragment
+// kk = c/2 holds it in a[2·(c%2) + h].
+template <class DsTile>
+__device__ __forceinline__ void store_transposed(unsigned char* ds_tile, const uint32_t (&dsa)[4][4],
+                                                 const int (&key_local)[2], int t) {
+#pragma unroll
+  for (int c = 0; c < 8; ++c)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<uint32_t*>(ds_tile + DsTile::offset(key_local[h], 8 * c + 2 * t)) = dsa[c / 2][2 * (c % 2) + h];
 }
 
 // ---- backward --------------------------------------------------------------------------------------
@@ -763,6 +935,346 @@ __global__ void __launch_bounds__(256, 1)
   }
 }
 
+// ---- backward, head dims past 128 ------------------------------------------------------------------
+//
+// At d = 192 and 256 the loop above does not fit an SM: dK and dV of a warpgroup's 64 keys would take
+// D registers a thread (256 at d = 256), and 128 keys of K and V beside two stages of Q and dO 256
+// KiB of shared memory. Here a block owns 64 keys, and its two warpgroups split the work by product
+// instead of by keys, so that no product is computed twice:
+//   warpgroup 0:  Sᵀ = K·Qᵀ,  Pᵀ = exp(Sᵀ − LSE),             dV += Pᵀ·dO,  dQ's first panels
+//   warpgroup 1:  dPᵀ = V·dOᵀ,  dSᵀ = Pᵀ ∘ (dPᵀ − D),         dK += dSᵀ·Q,  dQ's last panel(s)
+// with dQ = dS·K split by 64-column panels of K. Each warpgroup holds one of dV, dK (D/2 registers a
+// thread). Pᵀ passes from warpgroup 0 to 1 through shared memory in fp32, each thread's 32
+// accumulator registers in a slot of their own (both warpgroups' threads hold the same elements of a
+// 64×64 accumulator, so thread i of one reads exactly what thread i of the other wrote), and dSᵀ as
+// the 16-bit tile that both dQ products read. Three named barriers hand them over:
+//   kPReady  (0 arrives, 1 waits): Pᵀ of this tile is in the exchange;
+//   kDsReady (1 arrives, 0 waits): dSᵀ of this tile is in its tile, so Pᵀ has been read;
+//   kDsFree  (0 arrives, 1 waits): warpgroup 0's dQ products of the last tile have read dSᵀ.
+// dQ leaves as [64][32] fp32 boxes reduced into the accumulator by the copy engine; warpgroup 0
+// stages its boxes in the exchange (free once dSᵀ is ready), warpgroup 1 in boxes of its own: at
+// d = 256 one, which is what 227 KiB leave after K, V and two stages of Q and dO.
+template <int D, bool kDropout>
+struct WideBackwardPlan {
+  static_assert(D == 192 || D == 256, "the by-product split is for head dims past 128");
+  static constexpr int kKeys = 64;     // per block, shared by both warpgroups
+  static constexpr int kQueries = 64;  // per query tile
+  static constexpr int kThreads = 2 * kWarpgroupThreads;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kStages = 2;  // query tiles (Q, dO, LSE, D) in flight
+  using KVTile = SwizzledTile<kKeys, D>;
+  using QTile = SwizzledTile<kQueries, D>;
+  using DsTile = SwizzledTile<kKeys, kQueries>;      // dSᵀ [keys][queries]
+  using DqBox = SwizzledFloatTile<kQueries, 32>;     // one box of dQ for the copy engine's reduction
+  static constexpr int kPanels = D / 64;             // of dQ's columns
+  // Warpgroup 0's panels: 2 of 3 at d = 192, 2 of 4 at d = 256. It waits for dSᵀ while warpgroup 1
+  // forms and stores it, so it takes the larger share (and has two box slots to warpgroup 1's one
+  // at d = 256).
+  static constexpr int kPanels0 = (kPanels + 1) / 2;
+  static constexpr int kPanels1 = kPanels - kPanels0;
+  static constexpr int kExchangeBytes = 32 * kWarpgroupThreads * 4;  // Pᵀ: 32 fp32 registers a thread
+  static constexpr int kBoxSlots0 = kExchangeBytes / DqBox::kBytes;  // 2, in the exchange
+  static constexpr int kBoxSlots1 = D == 256 ? 1 : 2;
+  static constexpr int kBarrierBytes = 8 * (1 + kStages) + 4 * kStages;
+  // With dropout, the keep flags of a tile as bits [64 queries][2 words], drawn and read by
+  // warpgroup 0 alone (warpgroup 1 learns them from the sign of Pᵀ in the exchange).
+  static constexpr int kMaskBytes = kDropout ? kQueries * 2 * 4 : 0;
+  static constexpr int kSharedBytes = 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes + DsTile::kBytes +
+                                      kExchangeBytes + kBoxSlots1 * DqBox::kBytes + 2 * kStages * kQueries * 4 +
+                                      kBarrierBytes + kMaskBytes + 1024;
+  static_assert(kSharedBytes <= 227 * 1024, "an H100/H200 block has at most 227 KiB of shared memory");
+  // Named barrier ids past __syncthreads' 0 and the warpgroup barriers' 1 and 2.
+  static constexpr int kPReady = 3, kDsReady = 4, kDsFree = 5;
+};
+
+// grid (ceil(N_k/64) key blocks, BG, splits of the group), 256 threads; the operands and the walk
+// over query tiles as for backward_kernel, with 64 keys a block. Head dim D = 192 or 256, tiles
+// exactly that wide. kDropout: the mask of `dropout` redrawn per tile by warpgroup 0, which hands
+// Pᵀ over with the sign bit set where the element was dropped (P ≥ 0, and where P = 0 so is dSᵀ),
+// keeps P̃ᵀ for dV, and warpgroup 1 forms dSᵀ = Pᵀ ∘ (dPᵀ ∘ Z/(1 − p) − D).
+template <class T, int D, bool kDropout>
+__global__ void __launch_bounds__(256, 1)
+    wide_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                         const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
+                         const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ lse,
+                         const float* __restrict__ row_dot, float* dkv_accumulator, Extents extents, float scale,
+                         float scale_log2, philox::DropoutMask dropout) {
+  using Plan = WideBackwardPlan<D, kDropout>;
+  using KVTile = typename Plan::KVTile;
+  using QTile = typename Plan::QTile;
+  using DsTile = typename Plan::DsTile;
+  using DqBox = typename Plan::DqBox;
+  extern __shared__ unsigned char shared_raw[];
+  const uint32_t sK = aligned_shared_base(shared_raw);
+  const uint32_t sV = sK + KVTile::kBytes;
+  const uint32_t sQ = sV + KVTile::kBytes;                     // [kStages]
+  const uint32_t sdO = sQ + Plan::kStages * QTile::kBytes;     // [kStages]
+  const uint32_t sdS = sdO + Plan::kStages * QTile::kBytes;
+  const uint32_t sExchange = sdS + DsTile::kBytes;             // Pᵀ, then warpgroup 0's dQ boxes
+  const uint32_t sBoxes1 = sExchange + Plan::kExchangeBytes;   // warpgroup 1's dQ boxes
+  const uint32_t sLse = sBoxes1 + Plan::kBoxSlots1 * DqBox::kBytes;  // [kStages][64] fp32
+  const uint32_t sRowDot = sLse + Plan::kStages * Plan::kQueries * 4;
+  const uint32_t kv_full = sRowDot + Plan::kStages * Plan::kQueries * 4;
+  StageRing<Plan::kStages, Plan::kWarps> ring{kv_full + 8, kv_full + 8 + 8 * Plan::kStages};  // Q, dO, LSE, D
+  const float* lse_tile = reinterpret_cast<const float*>(generic_at(shared_raw, sLse));
+  const float* row_dot_tile = reinterpret_cast<const float*>(generic_at(shared_raw, sRowDot));
+  uint32_t* keep_bits = reinterpret_cast<uint32_t*>(generic_at(shared_raw, kv_full + Plan::kBarrierBytes));  // kDropout
+  // Pᵀ's exchange: registers 4c..4c+3 of thread i at float4 c·128 + i (consecutive threads,
+  // consecutive 16 bytes: no bank conflicts, 8 stores and 8 loads a thread).
+  float4* exchange = reinterpret_cast<float4*>(generic_at(shared_raw, sExchange));
+
+  const int64_t seq = extents.seq, seq_k = extents.seq_k;
+  const int64_t kv_head = blockIdx.y, k0 = int64_t(blockIdx.x) * Plan::kKeys;
+  const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads, wg_thread = thread % kWarpgroupThreads;
+  const int warp = wg_thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
+  // Both warpgroups' accumulators cover the block's 64 keys: rows 16·warp + g and + 8.
+  const int key_local[2] = {warp * 16 + g, warp * 16 + g + 8};
+  const bool key_inside[2] = {k0 + key_local[0] < seq_k, k0 + key_local[1] < seq_k};
+
+  const QueryWalk<Plan::kQueries> walk = QueryWalk<Plan::kQueries>::of(extents, k0, kv_head);
+  const int query_tiles = walk.count;
+  auto next_tile = [&](const QueryTile& tile) { return walk.next(tile); };
+  auto fetch = [&](const QueryTile& tile, int stage) {  // by one whole warp
+    fetch_query_tile<QTile>(q_map, do_map, lse, row_dot, seq, tile, stage, ring.barrier(stage), sQ, sdO, sLse,
+                            sRowDot, lane);
+  };
+
+  if (thread == 0) {
+    mbarrier_init(kv_full, 1);
+    ring.init(shared_raw, 1 + 32);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  QueryTile tile = walk.first;
+  const bool first_warp = thread < 32;
+  if (first_warp && lane == 0 && query_tiles > 0) {
+    mbarrier_arrive_expect_bytes(kv_full, 2 * KVTile::kBytes);
+    tma_load_tile<KVTile>(sK, k_map, k0, kv_head, kv_full);
+    tma_load_tile<KVTile>(sV, v_map, k0, kv_head, kv_full);
+  }
+  QueryTile refill = tile;
+  for (int stage = 0; stage < Plan::kStages; ++stage, refill = next_tile(refill))
+    if (first_warp && stage < query_tiles) fetch(refill, stage);
+  if (query_tiles > 0) mbarrier_wait(kv_full, 0);
+
+  const bool reducer = wg_thread == 0;  // of each warpgroup: hands its dQ boxes to the copy engine
+  // dQ's panel `panel` = dS·K (A = dSᵀ [keys][queries] read M-major, B = K's panel read N-major),
+  // issued into dq [64 queries × 64 columns].
+  auto dq_product = [&](float(&dq)[32], int panel) {
+    const uint64_t ds_desc = opaque(mn_major_base<DsTile>(sdS, 0));
+    const uint64_t k_t_desc = opaque(mn_major_base<KVTile>(sK, 64 * panel));
+#pragma unroll
+    for (int kk = 0; kk < Plan::kKeys / 16; ++kk)
+      Wgmma<T, 64>::template ss<1, 1>(dq, advance(ds_desc, mn_major_step<DsTile>(kk)),
+                                      advance(k_t_desc, mn_major_step<KVTile>(kk)), kk > 0);
+  };
+  // dq (panel `panel`) into two boxes of 32 columns, the warpgroup's boxes `first_box`, +1 of this
+  // tile, box b into slot b % kSlots at `slots`; a slot already used in this tile waits until the
+  // copy engine has read the box it held (the kSlots − 1 boxes since may still be pending). The
+  // caller has made the slots free at the start of the tile.
+  auto reduce_dq = [&](const float(&dq)[32], int panel, int first_box, uint32_t slots, auto slot_count,
+                       int64_t q0, int64_t head) {
+    constexpr int kSlots = decltype(slot_count)::value;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int box = first_box + half;
+      const uint32_t slot = slots + (box % kSlots) * DqBox::kBytes;
+      if (box >= kSlots) {
+        if (reducer) bulk_wait_read<kSlots - 1>();
+        warpgroup_barrier(warpgroup);
+      }
+      unsigned char* box_tile = generic_at(shared_raw, slot);
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 4 * (4 * half + c) + 2 * h;  // register of (row 16·warp + g + 8h, column 32·half + 8c + 2t)
+          *reinterpret_cast<float2*>(box_tile + DqBox::offset(warp * 16 + g + 8 * h, 8 * c + 2 * t)) =
+              make_float2(scale * dq[r], scale * dq[r + 1]);
+        }
+      fence_proxy_async();
+      warpgroup_barrier(warpgroup);
+      if (reducer) {
+        tma_reduce_add_3d(dq_map, slot, 64 * panel + 32 * half, int(q0), int(head));
+        bulk_commit();
+      }
+    }
+  };
+  // This warp is done with the stage: the last of the block's 8 refills it kStages tiles on.
+  auto release_stage = [&](int it, const QueryTile& next, int stage) {
+    uint32_t last = 0;
+    if (lane == 0) last = ring.count_done();
+    if (__shfl_sync(0xffffffffu, last, 0) && it + Plan::kStages < query_tiles) fetch(next, stage);
+  };
+
+  float grad[D / 2];  // warpgroup 0: dV, warpgroup 1: dK (unscaled) of the block's 64 keys × D
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) grad[i] = 0.0f;
+  for (int it = 0; it < query_tiles; ++it, tile = next_tile(tile), refill = next_tile(refill)) {
+    const int64_t q0 = tile.q0;
+    const int stage = ring.stage;
+    ring.wait();  // tile it is in shared memory
+    const uint32_t sQi = sQ + stage * QTile::kBytes, sdOi = sdO + stage * QTile::kBytes;
+    const float* lse_i = lse_tile + stage * Plan::kQueries;
+    const float* row_dot_i = row_dot_tile + stage * Plan::kQueries;
+
+    if (warpgroup == 0) {
+      // Sᵀ = K·Qᵀ [64 keys × 64 queries].
+      const uint64_t k_desc = opaque(k_major_base<KVTile>(sK, 0)), q_desc = k_major_base<QTile>(sQi, 0);
+      float st[32];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        Wgmma<T, 64>::template ss<0, 0>(st, advance(k_desc, k_major_step<KVTile>(kk)),
+                                        advance(q_desc, k_major_step<QTile>(kk)), kk > 0);
+      wgmma_commit();
+      // Dropout: this tile's keep flags while Sᵀ is on the tensor cores. The last tile's were read
+      // before this warpgroup's barrier ahead of the exchange; the barrier after the exponentials
+      // publishes these.
+      if constexpr (kDropout)
+        draw_keep_bits(dropout, uint64_t((tile.row_offset + q0) * seq_k + k0), seq_k, keep_bits, wg_thread);
+      wgmma_wait<0>();
+      pin(st);
+
+      // Pᵀ = exp(Sᵀ − LSE), 0 where masked.
+      probabilities_transposed<Plan::kKeys, Plan::kQueries>(st, lse_i, scale_log2, extents, q0, k0, key_local,
+                                                           key_inside, t);
+      if constexpr (kDropout) warpgroup_barrier(0);  // this tile's flags are drawn
+      // Dropout: register 4c + e is (key key_local[e/2], query 8c + 2t + e%2); a dropped element goes
+      // into the exchange as −P, and P̃ = P·Z/(1 − p) stays for dV.
+      float exchanged[32];
+#pragma unroll
+      for (int r = 0; r < 32; ++r) exchanged[r] = st[r];
+      if constexpr (kDropout) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int query = 8 * c + 2 * t + (e & 1), key = key_local[e / 2];
+            const bool kept = (keep_bits[2 * query + key / 32] >> (key % 32)) & 1u;
+            exchanged[4 * c + e] = kept ? st[4 * c + e] : -st[4 * c + e];
+            st[4 * c + e] *= kept ? dropout.scale : 0.0f;
+          }
+      }
+
+      // Pᵀ into the exchange. It is free: warpgroup 1 read the last tile's Pᵀ before dSᵀ was ready,
+      // and the copy engine has read this warpgroup's dQ boxes staged there since.
+      if (reducer) bulk_wait_read();
+      warpgroup_barrier(0);
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+        exchange[c * kWarpgroupThreads + wg_thread] =
+            make_float4(exchanged[4 * c], exchanged[4 * c + 1], exchanged[4 * c + 2], exchanged[4 * c + 3]);
+      named_barrier_arrive<Plan::kPReady, Plan::kThreads>();
+
+      // dV += Pᵀ·dO, dO read MN-major.
+      uint32_t pa[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) as_a_fragment<T>(pa[kk], st, kk);
+      const uint64_t do_t_desc = mn_major_base<QTile>(sdOi, 0);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) add_product_by_column_chunks<T, D, QTile>(grad, pa[kk], do_t_desc, kk);
+      wgmma_commit();
+
+      // dQ's first panels once dSᵀ is ready, a panel at a time (32 registers, not 64: d = 256 spilled).
+      named_barrier_sync<Plan::kDsReady, Plan::kThreads>();
+#pragma unroll
+      for (int p = 0; p < Plan::kPanels0; ++p) {
+        float dq[32];
+        wgmma_fence();
+        dq_product(dq, p);
+        wgmma_commit();
+        wgmma_wait<0>();
+        pin(grad);
+        pin(dq);
+        if (p == 0) release_stage(it, refill, stage);  // Sᵀ has read Q, dV dO, the exponentials LSE
+        if (p == Plan::kPanels0 - 1 && it + 1 < query_tiles)
+          named_barrier_arrive<Plan::kDsFree, Plan::kThreads>();  // the last product has read dSᵀ
+        reduce_dq(dq, p, 2 * p, sExchange, std::integral_constant<int, Plan::kBoxSlots0>{}, q0, tile.head);
+      }
+    } else {
+      // dPᵀ = V·dOᵀ [64 keys × 64 queries].
+      const uint64_t v_desc = opaque(k_major_base<KVTile>(sV, 0)), do_desc = k_major_base<QTile>(sdOi, 0);
+      float dpt[32];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        Wgmma<T, 64>::template ss<0, 0>(dpt, advance(v_desc, k_major_step<KVTile>(kk)),
+                                        advance(do_desc, k_major_step<QTile>(kk)), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      pin(dpt);
+
+      // dSᵀ = Pᵀ ∘ (dPᵀ − D), Pᵀ from warpgroup 0 (0 where masked, so dSᵀ is too).
+      named_barrier_sync<Plan::kPReady, Plan::kThreads>();
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const float4 p = exchange[c * kWarpgroupThreads + wg_thread];
+        const float probability[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (kDropout) {  // dSᵀ = Pᵀ ∘ (dPᵀ ∘ Z/(1 − p) − D), Z from the sign
+            const float factor = signbit(probability[e]) ? 0.0f : dropout.scale;
+            dpt[4 * c + e] = fabsf(probability[e]) * (dpt[4 * c + e] * factor - row_dot_i[8 * c + 2 * t + (e & 1)]);
+          } else {
+            dpt[4 * c + e] = probability[e] * (dpt[4 * c + e] - row_dot_i[8 * c + 2 * t + (e & 1)]);
+          }
+        }
+      }
+      uint32_t dsa[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) as_a_fragment<T>(dsa[kk], dpt, kk);
+
+      // dSᵀ into its tile (register pair (c, h) is key_local[h], queries 8c + 2t, +1; fragment c/2
+      // holds it in a[2·(c%2) + h]) once warpgroup 0's dQ products of the last tile have read it.
+      if (it > 0) named_barrier_sync<Plan::kDsFree, Plan::kThreads>();
+      store_transposed<DsTile>(generic_at(shared_raw, sdS), dsa, key_local, t);
+      fence_proxy_async();
+      named_barrier_arrive<Plan::kDsReady, Plan::kThreads>();
+      warpgroup_barrier(1);  // this warpgroup's own dQ products read all of dSᵀ
+
+      // dK += dSᵀ·Q (Q read MN-major), then dQ's other panels, a panel at a time.
+      const uint64_t q_t_desc = mn_major_base<QTile>(sQi, 0);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) add_product_by_column_chunks<T, D, QTile>(grad, dsa[kk], q_t_desc, kk);
+      wgmma_commit();
+      // This warpgroup's boxes of the last tile have been read by the copy engine.
+      if (reducer) bulk_wait_read();
+      warpgroup_barrier(1);
+#pragma unroll
+      for (int p = 0; p < Plan::kPanels1; ++p) {
+        float dq[32];
+        wgmma_fence();
+        dq_product(dq, Plan::kPanels0 + p);
+        wgmma_commit();
+        wgmma_wait<0>();
+        pin(grad);
+        pin(dq);
+        if (p == 0) release_stage(it, refill, stage);  // dK has read Q, dPᵀ dO
+        reduce_dq(dq, Plan::kPanels0 + p, 2 * p, sBoxes1, std::integral_constant<int, Plan::kBoxSlots1>{}, q0,
+                  tile.head);
+      }
+    }
+    ring.advance();
+  }
+  if (reducer) bulk_wait();
+
+  // dV (warpgroup 0) or dK (warpgroup 1) of this block's keys into the accumulator they share.
+  const float factor = warpgroup == 0 ? 1.0f : scale;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!key_inside[h]) continue;
+    float* out = dkv_accumulator + (kv_head * seq_k + k0 + key_local[h]) * D;
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) {
+      atomicAdd(out + 8 * c + 2 * t, factor * grad[4 * c + 2 * h]);
+      atomicAdd(out + 8 * c + 2 * t + 1, factor * grad[4 * c + 2 * h + 1]);
+    }
+  }
+}
+
 // ---- launchers -------------------------------------------------------------------------------------
 
 // The tensor map of a [heads][rows][kDim] operand read in SwizzledTile boxes of box_rows rows.
@@ -800,6 +1312,21 @@ int multiprocessor_count() {
   return cached_count;
 }
 
+// The backward grid: key blocks of `keys` along x, one row of them per K/V head, and the group's r
+// query heads split over z until the grid has two blocks per SM (one block fits an SM), so that MQA
+// at short N does not run a few blocks each walking every query head.
+dim3 backward_grid(const LayerShape& shape, int keys) {
+  if (shape.kv_heads_total() > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 K/V heads (B·G)");
+  const int64_t key_blocks = (shape.seq_k + keys - 1) / keys;
+  const int64_t sms = multiprocessor_count();
+  int64_t splits = 1;
+  while (splits < shape.group_size && key_blocks * shape.kv_heads_total() * splits < 2 * sms) ++splits;
+  const int64_t heads_per_split = (shape.group_size + splits - 1) / splits;
+  splits = std::min<int64_t>((shape.group_size + heads_per_split - 1) / heads_per_split, 65535);  // none empty
+  return dim3(static_cast<unsigned>(key_blocks), static_cast<unsigned>(shape.kv_heads_total()),
+              static_cast<unsigned>(splits));
+}
+
 template <class T, int D, int kDim, bool kDropout>
 void backward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
                     const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
@@ -809,20 +1336,8 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
   check_cuda(cudaFuncSetAttribute(backward_kernel<T, D, kDim, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   kSharedBytes),
              "cudaFuncSetAttribute(backward_kernel)");
-  // Key blocks along x, one row of them per K/V head, and the group's r query heads split over z
-  // until the grid has two blocks per SM (one block fits an SM), so that MQA at short N does not run
-  // a few blocks each walking every query head.
-  if (shape.kv_heads_total() > 65535) throw RuntimeFailure("v2 on CUDA supports at most 65535 K/V heads (B·G)");
-  const int64_t key_blocks = (shape.seq_k + Plan::kKeys - 1) / Plan::kKeys;
-  const int64_t sms = multiprocessor_count();
-  int64_t splits = 1;
-  while (splits < shape.group_size && key_blocks * shape.kv_heads_total() * splits < 2 * sms) ++splits;
-  const int64_t heads_per_split = (shape.group_size + splits - 1) / splits;
-  splits = std::min<int64_t>((shape.group_size + heads_per_split - 1) / heads_per_split, 65535);  // none empty
-  const dim3 grid(static_cast<unsigned>(key_blocks), static_cast<unsigned>(shape.kv_heads_total()),
-                  static_cast<unsigned>(splits));
   const int64_t heads = shape.heads_total, kv_heads = shape.kv_heads_total();
-  backward_kernel<T, D, kDim, kDropout><<<grid, Plan::kThreads, kSharedBytes, stream>>>(
+  backward_kernel<T, D, kDim, kDropout><<<backward_grid(shape, Plan::kKeys), Plan::kThreads, kSharedBytes, stream>>>(
       operand_map<T>(Q, kDim, shape.seq, heads, Plan::kQueries), operand_map<T>(K, kDim, shape.seq_k, kv_heads, Plan::kKeys),
       operand_map<T>(V, kDim, shape.seq_k, kv_heads, Plan::kKeys), operand_map<T>(dO, kDim, shape.seq, heads, Plan::kQueries),
       swizzled_tile_map(dq_accumulator, Dtype::fp32, kDim, shape.seq, heads, Plan::kQueries), lse, row_dot,
@@ -830,8 +1345,27 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
   check_launch("backward_kernel (wgmma)");
 }
 
-// The instance of the layer's storage type, head dim (64 and 128 in tiles of their width, 96 padded
-// to 128) and dropout: body(kernels) with kernels.forward and kernels.backward.
+// d = 192 and 256: the by-product split (wide_backward_kernel).
+template <class T, int D, bool kDropout>
+void wide_backward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
+                         const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
+                         cudaStream_t stream) {
+  using Plan = WideBackwardPlan<D, kDropout>;
+  check_cuda(cudaFuncSetAttribute(wide_backward_kernel<T, D, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  Plan::kSharedBytes),
+             "cudaFuncSetAttribute(wide_backward_kernel)");
+  const int64_t heads = shape.heads_total, kv_heads = shape.kv_heads_total();
+  wide_backward_kernel<T, D, kDropout><<<backward_grid(shape, Plan::kKeys), Plan::kThreads, Plan::kSharedBytes, stream>>>(
+      operand_map<T>(Q, D, shape.seq, heads, Plan::kQueries), operand_map<T>(K, D, shape.seq_k, kv_heads, Plan::kKeys),
+      operand_map<T>(V, D, shape.seq_k, kv_heads, Plan::kKeys), operand_map<T>(dO, D, shape.seq, heads, Plan::kQueries),
+      swizzled_tile_map(dq_accumulator, Dtype::fp32, D, shape.seq, heads, Plan::kQueries), lse, row_dot,
+      dkv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
+  check_launch("wide_backward_kernel (wgmma)");
+}
+
+// The instance of the layer's storage type, head dim (64, 128, 192 and 256 in tiles of their width,
+// 96 padded to 128) and dropout: body(kernels) with kernels.forward and kernels.backward. Past 128
+// the backward is wide_backward_kernel's.
 template <class T, int D, int kDim, bool kDropout>
 struct Kernels {
   static void forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
@@ -840,7 +1374,10 @@ struct Kernels {
   }
   static void backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
                        const float* lse, const float* row_dot, float* dq, float* dkv, cudaStream_t stream) {
-    backward_typed<T, D, kDim, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
+    if constexpr (D > 128)
+      wide_backward_typed<T, D, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
+    else
+      backward_typed<T, D, kDim, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
   }
 };
 
@@ -851,6 +1388,10 @@ void by_layer(const LayerShape& shape, Body&& body) {
       using T = decltype(element);
       if (shape.head_dim == 64) return body(Kernels<T, 64, 64, dropout()>{});
       if (shape.head_dim == 96) return body(Kernels<T, 128, 96, dropout()>{});
+      if (shape.head_dim == 192) return body(Kernels<T, 192, 192, dropout()>{});
+      if (shape.head_dim == 256) return body(Kernels<T, 256, 256, dropout()>{});
+      if (shape.head_dim != 128)
+        throw RuntimeFailure("internal error: no wgmma instance for head_dim " + std::to_string(shape.head_dim));
       body(Kernels<T, 128, 128, dropout()>{});
     });
   });

@@ -319,8 +319,12 @@ __device__ __forceinline__ void cp_async_4(uint32_t destination, const void* sou
                "r"(inside ? 4 : 0));
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// This thread's bulk operations have finished reading shared memory (it may be rewritten).
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// This thread's bulk operations but the kPending latest groups have finished reading shared memory
+// (it may be rewritten).
+template <int kPending = 0>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
 // All of this thread's bulk operations have completed.
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 

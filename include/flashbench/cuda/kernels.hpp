@@ -10,6 +10,8 @@
 // O = P̃·V, P̃ = P ∘ Z/(1 − p). The causal mask is aligned bottom-right: query i sees the keys
 // j ≤ i + N_k − N (a query that sees none has O = 0).
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include <cuda_runtime_api.h>
 
@@ -61,12 +63,6 @@ void dropout_backward(const LayerShape& shape, const unsigned char* mask, void* 
 
 // --- v2: fused tiled kernels (src/cuda/flash_mma.cu for bf16/fp16, src/cuda/flash_simt.cu for fp32)
 
-// Head dims every family of fused kernels is compiled for (64, 128; each runs every workload above,
-// GQA/MQA, N_k ≠ N and dropout, at those), and those of the wgmma kernels (also 96, zero-padded to
-// 128 in shared memory).
-bool flash_supports(int64_t head_dim);
-bool flash_wgmma_supports(int64_t head_dim);
-
 // Which tensor-core kernels run bf16/fp16: `best` takes wgmma on a Hopper GPU (compute capability
 // 9.0) and mma.sync elsewhere; `mma_sync` keeps the earlier mma.sync kernels everywhere (`v2.mma`,
 // measurable beside `v2`). fp32 always runs the SIMT kernels.
@@ -75,8 +71,10 @@ enum class FlashKernels { best, mma_sync };
 // Whether `best` means wgmma on the current device.
 bool flash_uses_wgmma(Dtype dtype, FlashKernels kernels);
 
-// Whether the fused kernels chosen by `kernels` run this shape: its head dim is one they are built
-// for (d = 96 on the wgmma kernels only).
+// Why the fused kernels chosen by `kernels` do not run this shape (one line), or nothing when they
+// do. Every family runs d = 64 and 128 with every workload above (GQA/MQA, N_k ≠ N, dropout); the
+// wgmma kernels also d = 96 (zero-padded to 128 in shared memory), and 192 and 256 without dropout.
+std::optional<std::string> flash_unsupported(const LayerShape& shape, FlashKernels kernels);
 bool flash_runs(const LayerShape& shape, FlashKernels kernels);
 
 // O = attention(Q, K, V) with online softmax; LSE = m + log l per row [BH, N] fp32 (+∞ for a row
