@@ -24,6 +24,9 @@ LayerShape LayerShape::of(const Problem& problem) {
   LayerShape shape{problem.heads_total(), problem.seq, problem.head_dim, problem.causal, problem.scale(), problem.dtype};
   shape.seq_k = problem.key_seq();
   shape.group_size = problem.repeats_kv() ? 1 : problem.group_size();
+  // Keyed by seed 0 and offset 0: whether there is one (which kernels run the layer depends on it);
+  // a layer call keys its own (Launch).
+  shape.dropout = philox::make_dropout_mask(problem.dropout, 0, 0);
   return shape;
 }
 

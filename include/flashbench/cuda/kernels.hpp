@@ -29,7 +29,7 @@ struct LayerShape {
   Dtype dtype;
   int64_t seq_k = 0;       // N_k, key rows (LayerShape::of sets it)
   int64_t group_size = 1;  // r, query heads per K/V head as the kernels see them (1 under expand_kv)
-  philox::DropoutMask dropout{};  // inactive unless the layer call keys it (attention.cpp)
+  philox::DropoutMask dropout{};  // of(): active where the problem has dropout; a layer call keys it
 
   int64_t kv_heads_total() const { return heads_total / group_size; }  // BG
   int64_t causal_shift() const { return seq_k - seq; }                 // query i sees keys j ≤ i + shift
