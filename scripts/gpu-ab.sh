@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Two builds side by side on one GPU, the way a kernel change is judged here (docs/cuda-notes.md):
-# the candidate's correctness tests first (a candidate that fails them is not timed), then the same
-# `flashbench run` for each build, alternating so that drift (clocks, temperature, the power cap)
-# falls on both (baseline first in odd rounds, candidate first in even ones), and `flashbench compare`
-# of each round's pair.
+# the candidate's correctness tests first (a candidate that fails them, or for which none ran, is not
+# timed), then the same `flashbench run` for each build, alternating so that drift (clocks,
+# temperature, the power cap) falls on both (baseline first in odd rounds, candidate first in even
+# ones, an even number of rounds), and `flashbench compare` of each round's pair.
 #
 #   scripts/gpu-ab.sh OUTPUT_DIR BASELINE_BUILD CANDIDATE_BUILD [flashbench run arguments...]
 #
 # A build is a folder holding flashbench, and tests/flashbench_tests for the candidate's tests. The run
 # arguments (without --format and --out, which the script adds) default to v2 on the GPU at d = 64 and
-# 128, N = 4K and 16K, B·N = 16K, H = 16, both masks, bf16. Environment: ROUNDS=2, TEST_FILTER (a gtest
-# filter; default the v2 GPU tests), SKIP_TESTS=1 (time without testing).
+# 128, N = 4K and 16K, B·N = 16K, H = 16, both masks, bf16. Environment: ROUNDS=2 (even), TEST_FILTER
+# (a gtest filter; default the GPU tests of v2 against float64, the GPU workload tests of every
+# variant, and the determinism tests), SKIP_TESTS=1 (time without testing).
 #
 # Writes OUTPUT_DIR/tests.txt, {baseline,candidate}-rK.json and .log, compare-rK.md, and prints each
 # comparison. Exit: 0; 1 a run or a comparison failed; 2 a usage error; 4 the candidate failed its
-# tests (nothing timed).
+# tests, or none of them ran (nothing timed).
 set -euo pipefail
 usage="usage: scripts/gpu-ab.sh OUTPUT_DIR BASELINE_BUILD CANDIDATE_BUILD [flashbench run arguments...]"
 if [ $# -lt 3 ]; then
@@ -29,8 +30,8 @@ if [ $# -eq 0 ]; then
 fi
 rounds=${ROUNDS:-2}
 filter=${TEST_FILTER:-'Gpu/CudaVsFloat64.*v2*:Gpu/CudaWorkloads.*:Determinism*'}
-if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
-  echo "gpu-ab.sh: ROUNDS must be a positive integer, not '$rounds'" >&2
+if ! [[ $rounds =~ ^[1-9][0-9]*$ ]] || (( rounds % 2 != 0 )); then
+  echo "gpu-ab.sh: ROUNDS must be a positive even number (both orders as often), not '$rounds'" >&2
   exit 2
 fi
 for build in "$baseline" "$candidate"; do
@@ -39,20 +40,30 @@ for build in "$baseline" "$candidate"; do
     exit 2
   fi
 done
-mkdir -p "$out"
+tests=$candidate/tests/flashbench_tests
+if [ "${SKIP_TESTS:-0}" != 1 ] && [ ! -x "$tests" ]; then
+  echo "gpu-ab.sh: no tests/flashbench_tests in '$candidate' (SKIP_TESTS=1 times it untested)" >&2
+  exit 2
+fi
+if ! mkdir -p "$out" 2>/dev/null; then
+  echo "gpu-ab.sh: cannot create the output folder '$out'" >&2
+  exit 2
+fi
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  tests=$candidate/tests/flashbench_tests
-  if [ ! -x "$tests" ]; then
-    echo "gpu-ab.sh: no tests/flashbench_tests in '$candidate' (SKIP_TESTS=1 times it untested)" >&2
-    exit 2
-  fi
   if ! "$tests" --gtest_filter="$filter" > "$out/tests.txt" 2>&1; then
     grep -E '^\[  FAILED  \]' "$out/tests.txt" | head -20 >&2 || true
     echo "gpu-ab.sh: the candidate fails its tests ($out/tests.txt): not timed" >&2
     exit 4
   fi
-  grep -E '^\[  PASSED  \]|^\[  SKIPPED \] [0-9]' "$out/tests.txt" || true
+  # gtest passes a filter that matched nothing, and tests that skipped (no GPU, say): neither tested
+  # the candidate. A test that skips for a reason of its own is left out with TEST_FILTER.
+  if ! grep -qE '^\[  PASSED  \] [1-9]' "$out/tests.txt" || grep -qE '^\[  SKIPPED \] [0-9]' "$out/tests.txt"; then
+    grep -E '^\[  PASSED  \]|^\[  SKIPPED \] [0-9]' "$out/tests.txt" >&2 || true
+    echo "gpu-ab.sh: not every selected test of the candidate ran ($out/tests.txt): not timed" >&2
+    exit 4
+  fi
+  grep -E '^\[  PASSED  \]' "$out/tests.txt"
 fi
 
 for round in $(seq 1 "$rounds"); do

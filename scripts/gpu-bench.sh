@@ -99,10 +99,22 @@ shopt -u nullglob
 
 # The milestone table (every shape: v2 beside the peers) and its summary per head dim over N ≥ 2048
 # (the ranges of the ratios to FA2 and cuDNN, the rates and the peak), as Markdown.
-echo "== tables"
-python3 "$root/scripts/gpu_table.py" "$out/sweep.json" > "$out/table.md" || echo "gpu_table.py exited $?"
-python3 "$root/scripts/gpu_table.py" "$out/sweep.json" --summary --min-n 2048 > "$out/summary.md" ||
-  echo "gpu_table.py --summary exited $?"
+# Written whole or not at all: each table goes to a temporary file first.
+write_table() {  # write_table FILE [gpu_table.py options]
+  local file=$1
+  shift
+  if python3 "$root/scripts/gpu_table.py" "$out/sweep.json" "$@" > "$file.part"; then
+    mv "$file.part" "$file"
+  else
+    echo "gpu_table.py $* exited with an error: no $file"
+    rm -f "$file.part"
+  fi
+}
+if [ -s "$out/sweep.json" ]; then
+  echo "== tables"
+  write_table "$out/table.md"
+  write_table "$out/summary.md" --summary --min-n 2048
+fi
 
 if [ -n "${COLD_SEQS:-}" ]; then
   echo "== warm against --cold"

@@ -65,11 +65,12 @@ echo "== build"
 cmake --build "$build" -j "$jobs" >"$out/build.log" 2>&1 || { grep -E -A5 "error|FAILED" "$out/build.log" | head -60; exit 1; }
 grep -E "spill" "$out/build.log" | sort -u | head -20 || true
 # The machine code: HGMMA in every sm_90a kernel and no local memory there (scripts/sass_check.py;
-# the table of every kernel in OUT/sass.md). A broken rule fails this script; no cuobjdump, a note.
+# the table of every kernel in OUT/sass.md). A broken rule or an unreadable dump fails this script;
+# no cuobjdump on the machine (exit 3) is only said.
 echo "== machine code"
 sass_status=0
 python3 "$root/scripts/sass_check.py" "$build/flashbench" >"$out/sass.md" || sass_status=$?
-if [ "$sass_status" = 2 ]; then sass_status=0; fi
+if [ "$sass_status" = 3 ]; then sass_status=0; fi
 echo "== test"
 set +e
 ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 600 >"$out/ctest.log" 2>&1

@@ -83,8 +83,11 @@ def cell_ms(row, phase):
 
 
 def ratio_value(numerator_row, denominator_row, phase="bwd"):
-    """The numerator row's median over the denominator's, or None where either has none."""
+    """The numerator row's median over the denominator's, or None where either is missing or not an
+    `ok` row (a `failed` row keeps its times, which are not a result)."""
     if numerator_row is None or denominator_row is None:
+        return None
+    if numerator_row.get("status", "ok") != "ok" or denominator_row.get("status", "ok") != "ok":
         return None
     a, b = median_ms(numerator_row, phase), median_ms(denominator_row, phase)
     return a / b if a and b else None
@@ -136,7 +139,9 @@ SUMMARY_COLUMNS = [
 
 
 def peak_ratio(ours, peer):
-    a, b = peak_beyond_inputs(ours), peak_beyond_inputs(peer) if peer is not None else None
+    if peer is None or peer.get("status", "ok") != "ok":
+        return None
+    a, b = peak_beyond_inputs(ours), peak_beyond_inputs(peer)
     return a / b if a is not None and b else None
 
 
@@ -197,6 +202,8 @@ def main(argv):
                       help="one line per head dim: the ranges of the ratios to the peers, rates and peak")
     parser.add_argument("--min-n", type=int, default=1, help="--summary: only shapes with N at least this")
     args = parser.parse_args(argv)
+    if args.min_n != 1 and not args.summary:
+        parser.error("--min-n goes with --summary")
     try:
         if args.warm_cold:
             print(markdown_warm_cold(collect_warm_cold(args.results)))

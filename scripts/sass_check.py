@@ -5,7 +5,8 @@ after every kernel change): for each kernel, its instruction count, its warpgrou
 
 The Hopper kernels (those compiled for sm_90a) must use HGMMA and must touch no local memory; any
 other kernel that does is listed too. Exit status 1 when a Hopper kernel breaks either rule (or, with
---no-local-memory, when any kernel touches local memory), 2 when the dump cannot be had or read.
+--no-local-memory, when any kernel touches local memory), 2 when the dump cannot be had or read or
+holds no kernel, 3 when there is no cuobjdump to ask.
 
 Usage: python3 scripts/sass_check.py BINARY [--cuobjdump PATH] [--no-local-memory]
        python3 scripts/sass_check.py --sass DUMP.txt     (the text of `cuobjdump --dump-sass`)
@@ -17,7 +18,7 @@ import subprocess
 import sys
 
 HOPPER_ARCH = "sm_90a"
-COUNTED = {"HGMMA": "HGMMA", "UTMALDG": "UTMALDG", "UTMAREDG": "UTMAREDG", "LDL": "LDL", "STL": "STL"}
+COUNTED = ("HGMMA", "UTMALDG", "UTMAREDG", "LDL", "STL")  # opcodes, suffixes aside
 
 ARCH_LINE = re.compile(r"^\s*code for (sm_\w+)")
 FUNCTION_LINE = re.compile(r"^\s*Function\s*:\s*(\S+)")
@@ -26,7 +27,9 @@ INSTRUCTION_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z]
 
 
 class SassError(Exception):
-    pass
+    def __init__(self, message, status=2):
+        super().__init__(message)
+        self.status = status
 
 
 def parse(text):
@@ -39,16 +42,14 @@ def parse(text):
             continue
         match = FUNCTION_LINE.match(line)
         if match:
-            current = {"name": match.group(1), "arch": arch or "?", "instructions": 0, **{k: 0 for k in COUNTED}}
+            current = {"name": match.group(1), "arch": arch or "?", "instructions": 0, **{op: 0 for op in COUNTED}}
             kernels.append(current)
             continue
         match = INSTRUCTION_LINE.match(line)
         if match and current is not None:
             current["instructions"] += 1
-            opcode = match.group(1)
-            for key, prefix in COUNTED.items():
-                if opcode == prefix:
-                    current[key] += 1
+            if match.group(1) in COUNTED:
+                current[match.group(1)] += 1
     return kernels
 
 
@@ -98,11 +99,14 @@ def dump_of(args):
                 return handle.read()
         except OSError as error:
             raise SassError(f"cannot read '{args.sass}': {error.strerror}") from error
+        except UnicodeDecodeError as error:
+            raise SassError(f"'{args.sass}' is not the text of cuobjdump --dump-sass") from error
     tool = args.cuobjdump or shutil.which("cuobjdump")
     if tool is None:
-        raise SassError("no cuobjdump on the PATH (it comes with the CUDA toolkit; or give --cuobjdump PATH)")
+        raise SassError("no cuobjdump on the PATH (it comes with the CUDA toolkit; or give --cuobjdump PATH)", 3)
     try:
-        result = subprocess.run([tool, "--dump-sass", args.binary], capture_output=True, text=True, check=False)
+        result = subprocess.run([tool, "--dump-sass", args.binary], capture_output=True, text=True, errors="replace",
+                                check=False)
     except OSError as error:
         raise SassError(f"cannot run '{tool}': {error.strerror}") from error
     if result.returncode != 0:
@@ -124,7 +128,7 @@ def main(argv):
         kernels = parse(dump_of(args))
     except SassError as error:
         print(f"sass_check: {error}", file=sys.stderr)
-        return 2
+        return error.status
     if not kernels:
         print("sass_check: no kernels in the dump (a build without CUDA?)", file=sys.stderr)
         return 2

@@ -295,16 +295,19 @@ class ScriptBuildsTest(unittest.TestCase):
 
     # scripts/gpu-ab.sh
 
-    def ab_build(self, name, tests_exit=None):
+    def ab_build(self, name, tests_exit=None, verdict=None):
         """A build folder holding the real flashbench, and (tests_exit given) a fake
-        tests/flashbench_tests that records its arguments and exits with tests_exit."""
+        tests/flashbench_tests that records its arguments, prints gtest's verdict lines and exits with
+        tests_exit."""
         build = os.path.join(self.tmp.name, name)
         os.makedirs(os.path.join(build, "tests"))
         os.symlink(os.path.abspath(sys.argv[1]), os.path.join(build, "flashbench"))
         if tests_exit is not None:
-            verdict = "[  PASSED  ] 3 tests." if tests_exit == 0 else "[  FAILED  ] Gpu/CudaVsFloat64.x"
+            if verdict is None:
+                verdict = "[  PASSED  ] 3 tests." if tests_exit == 0 else "[  FAILED  ] Gpu/CudaVsFloat64.x"
             executable(os.path.join(build, "tests", "flashbench_tests"),
-                       f"#!/bin/sh\necho \"$@\" > {build}/tests-args\necho '{verdict}'\nexit {tests_exit}\n")
+                       f"#!/bin/sh\necho \"$@\" > {build}/tests-args\nprintf '%s\\n' '{verdict}'\n"
+                       f"exit {tests_exit}\n")
         return build
 
     AB_RUN = ["--backend", "cpu", "--impl", "v2", "--seq", "32", "--heads", "1", "--head-dim", "8", "--threads", "1",
@@ -337,17 +340,34 @@ class ScriptBuildsTest(unittest.TestCase):
         self.assertIn("the candidate fails its tests", result.stderr)
         self.assertEqual(sorted(os.listdir(out)), ["tests.txt"])
 
+    def test_gpu_ab_does_not_time_a_candidate_whose_tests_did_not_run(self):
+        baseline = self.ab_build("baseline")
+        for name, verdict in [("none", "[  PASSED  ] 0 tests."),
+                              ("skipped", "[  PASSED  ] 3 tests.\n[  SKIPPED ] 89 tests, listed below:")]:
+            candidate = self.ab_build(name, tests_exit=0, verdict=verdict)
+            out = os.path.join(self.tmp.name, "ab-" + name)
+            result = self.run_script("gpu-ab.sh", out, baseline, candidate, *self.AB_RUN)
+            self.assertEqual(result.returncode, 4, result.stderr + result.stdout)
+            self.assertIn("not every selected test of the candidate ran", result.stderr)
+            self.assertEqual(sorted(os.listdir(out)), ["tests.txt"])
+
     def test_gpu_ab_usage_errors(self):
         baseline = self.ab_build("baseline")
         out = os.path.join(self.tmp.name, "ab")
+        with open(os.path.join(self.tmp.name, "file"), "w", encoding="utf-8"):
+            pass  # a file where the output folder's parent should be
         for args, env, message in [((out, baseline), {}, "usage: scripts/gpu-ab.sh"),
                                    ((out, baseline, self.tmp.name), {}, "no flashbench in"),
                                    ((out, baseline, baseline), {}, "no tests/flashbench_tests"),
-                                   ((out, baseline, baseline), {"ROUNDS": "0"}, "ROUNDS must be")]:
+                                   ((out, baseline, baseline), {"ROUNDS": "0"}, "ROUNDS must be"),
+                                   ((out, baseline, baseline), {"ROUNDS": "3"}, "ROUNDS must be a positive even"),
+                                   ((os.path.join(self.tmp.name, "file", "out"), baseline, baseline),
+                                    {"SKIP_TESTS": "1"}, "cannot create the output folder")]:
             result = self.run_script("gpu-ab.sh", *args, **env)
             self.assertEqual(result.returncode, 2, args)
             self.assertIn(message, result.stderr)
             self.assertEqual(result.stdout, "")
+            self.assertFalse(os.path.exists(out), args)  # nothing left behind
 
 
 if __name__ == "__main__":

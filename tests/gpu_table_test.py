@@ -125,8 +125,9 @@ class GpuTableTest(unittest.TestCase):
             row("standard", 64, 2048, False, 2.0, 5.0),
             row("v2", 64, 4096, True, 2.0, 4.0, rates=(410, 350), peak=(3, 1)),
             row("torch-sdpa-flash", 64, 4096, True, 2.6, 4.4),
-            row("torch-sdpa-cudnn", 64, 4096, True, 0.0, 0.0, status="oom"),  # no value: out of its ranges
+            row("torch-sdpa-cudnn", 64, 4096, True, 0.5, 0.5, status="oom", peak=(9, 1)),  # out of its ranges
             row("standard", 64, 4096, True, 3.0, 12.0),
+            row("cudnn", 64, 4096, True, 1.0, 1.0, status="failed"),  # its times are no result either
             # d = 128: ours did not run, so no line
             row("v2", 128, 4096, False, 0.0, 0.0, status="oom"),
             row("torch-sdpa-flash", 128, 4096, False, 1.0, 1.0),
@@ -149,6 +150,12 @@ class GpuTableTest(unittest.TestCase):
                                  "300–350", "400–410",
                                  "0.50",       # peak beyond the inputs, (3 − 1)/(5 − 1)
                                  "2.50–3.00"])  # standard's backward over ours
+
+    def test_min_n_goes_with_summary(self):
+        with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit) as exit_:
+            gpu_table.main([os.path.join(RUN, self.files[0]), "--min-n", "2048"])
+        self.assertEqual(exit_.exception.code, 2)
+        self.assertIn("--min-n goes with --summary", err.getvalue())
 
     def test_unreadable_file_is_one_line_and_status_2(self):
         with tempfile.TemporaryDirectory() as folder:

@@ -2,7 +2,7 @@
 instructions, HGMMA, the bulk tensor copies and local-memory loads and stores (predicated ones too),
 names kernels by their demangled short name where c++filt is installed, and fails (exit 1, a line
 each) when an sm_90a kernel has no HGMMA or touches local memory; other kernels' local memory fails
-only with --no-local-memory; a missing dump is one line and exit 2.
+only with --no-local-memory; a missing or unreadable dump is one line and exit 2, no cuobjdump exit 3.
 
 Run by CTest as: python3 sass_check_test.py FLASHBENCH_BINARY SOURCE_DIR (the binary is not needed).
 """
@@ -36,7 +36,8 @@ compile_size = 64bit
         /*0000*/                   LDC R1, c[0x0][0x28] ;                                      /* 0x00000a00ff017b82 */
         /*0010*/                   UTMALDG.3D [UR8], [UR4] ;                                  /* 0x0000000804007db4 */
         /*0020*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;       /* 0x00e00004181879f0 */
-        /*0030*/              @!P0 HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;            /* 0x00e00008181879f0 */
+                                                                                              /* 0x000fe20008000818 */
+        /*0030*/             @!UP0 HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;            /* 0x00e00008181879f0 */
         /*0040*/                   EXIT ;                                                     /* 0x000000000000794d */
 \t\t..........
 
@@ -44,6 +45,7 @@ compile_size = 64bit
 \t.headerflags\t@"EF_CUDA_TEXMODE_UNIFIED EF_CUDA_64BIT_ADDRESS EF_CUDA_SM90"
         /*0000*/                   LDC R1, c[0x0][0x28] ;                                      /* 0x00000a00ff017b82 */
         /*0010*/                   STL.64 [R1+0x8], R4 ;                                      /* 0x0000080401007387 */
+                                                                                              /* 0x000fe20000100a00 */
         /*0020*/                @P1 LDL.LU R4, [R1+0x8] ;                                     /* 0x0000080001047983 */
         /*0030*/                   EXIT ;                                                     /* 0x000000000000794d */
 \t\t..........
@@ -121,6 +123,22 @@ class SassCheckTest(unittest.TestCase):
                               os.path.join(self.tmp.name, "no-such-cuobjdump")])
         self.assertEqual(status, 2)
         self.assertEqual(len(err.strip().splitlines()), 1)
+        binary = os.path.join(self.tmp.name, "binary.txt")  # not text: one line, not a traceback
+        with open(binary, "wb") as handle:
+            handle.write(bytes(range(256)))
+        status, out, err = run(["--sass", binary])
+        self.assertEqual((status, out), (2, ""))
+        self.assertIn("is not the text of cuobjdump --dump-sass", err)
+
+    def test_no_cuobjdump_on_the_path_is_status_3(self):
+        saved = os.environ.get("PATH", "")
+        os.environ["PATH"] = self.tmp.name  # an empty folder: no cuobjdump there
+        try:
+            status, out, err = run([os.path.join(self.tmp.name, "flashbench")])
+        finally:
+            os.environ["PATH"] = saved
+        self.assertEqual((status, out), (3, ""))
+        self.assertIn("no cuobjdump on the PATH", err)
 
 
 if __name__ == "__main__":
