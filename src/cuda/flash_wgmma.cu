@@ -187,12 +187,17 @@ __device__ __forceinline__ void add_product_by_column_chunks(float (&o)[D / 2], 
 
 template <int D, bool kDropout>
 struct ForwardPlan {
-  static constexpr int kQueries = 128;  // per block: 2 warpgroups × 64 rows
+  // Warpgroups of 64 query rows a block: three at d = 64 without dropout, where 168 registers a
+  // thread (384 threads on an SM's 64K) hold O and a 128-key S, and each K/V tile then serves 192
+  // queries instead of 128; else two.
+  static constexpr int kWarpgroups = D == 64 && !kDropout ? 3 : 2;
+  static constexpr int kRowsPerWarpgroup = 64;
+  static constexpr int kQueries = kWarpgroups * kRowsPerWarpgroup;  // per block
   // Keys per K/V tile: 64 past d = 128, where O takes D/2 registers a thread (128 at d = 256) and a
   // larger K/V stage would not fit beside Q; 192 in 128-wide tiles (d = 128, and 96 padded to 128)
   // without dropout (fewer tiles share the per-tile costs; two stages still fit); else 128.
   static constexpr int kKeys = D > 128 ? 64 : D == 128 && !kDropout ? 192 : 128;
-  static constexpr int kThreads = 2 * kWarpgroupThreads;
+  static constexpr int kThreads = kWarpgroups * kWarpgroupThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kStages = 2;     // K/V tiles in flight
   using QTile = SwizzledTile<kQueries, D>;
@@ -204,7 +209,7 @@ struct ForwardPlan {
   // With dropout, each warpgroup's keep flags of a tile [64 queries][kKeys keys], a byte each, two
   // buffers, rows padded by 4 bytes.
   static constexpr int kMaskLd = kKeys + 4;
-  static constexpr int kMaskBytes = 2 * 2 * (kQueries / 2) * kMaskLd;
+  static constexpr int kMaskBytes = kWarpgroups * 2 * kRowsPerWarpgroup * kMaskLd;
   static_assert(kSharedBytes + (kDropout ? kMaskBytes : 0) <= 227 * 1024,
                 "an H100/H200 block has at most 227 KiB of shared memory");
 };
@@ -222,16 +227,16 @@ struct Extents {
   }
 };
 
-// grid (ceil(N/128), BH), 256 threads; Q, O: [BH, N, kDim]; K, V: [BG, N_k, kDim] (q_map, k_map,
-// v_map: their tensor maps, boxes of 128 and Plan::kKeys rows); lse: [BH, N] (natural log, +∞ for
+// grid (ceil(N/Plan::kQueries), BH), Plan::kThreads threads; Q, O: [BH, N, kDim]; K, V: [BG, N_k, kDim]
+// (q_map, k_map, v_map: their tensor maps, boxes of Plan::kQueries and Plan::kKeys rows); lse: [BH, N] (natural log, +∞ for
 // a row that sees no key). The tiles are D wide: a head dim kDim < D arrives zero-padded (d = 96 in 128), which
 // changes no product. kDropout: O = P̃·V with the mask of `dropout`.
 //
-// The two warpgroups share K/V tiles but nothing else, so no block barrier orders them: tile j
+// The warpgroups share K/V tiles but nothing else, so no block barrier orders them: tile j
 // arrives on mbarrier full[j % kStages] (issued by one thread, the copy engine moves it), and the
-// last of the block's 8 warps to finish with a stage issues the tile kStages further on into it.
+// last of the block's warps to finish with a stage issues the tile kStages further on into it.
 template <class T, int D, int kDim, bool kDropout>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, T* __restrict__ O, float* __restrict__ lse,
                    Extents extents, float scale_log2, philox::DropoutMask dropout) {
@@ -244,7 +249,7 @@ __global__ void __launch_bounds__(256, 1)
   const uint32_t sV = sK + Plan::kStages * KVTile::kBytes;  // [kStages] V tiles
   const uint32_t q_full = sV + Plan::kStages * KVTile::kBytes;
   StageRing<Plan::kStages, Plan::kWarps> kv_ring{q_full + 8, q_full + 8 + 8 * Plan::kStages};
-  unsigned char* keep_tiles = generic_at(shared_raw, q_full + Plan::kBarrierBytes);  // kDropout: [2 wg][2][64][kMaskLd]
+  unsigned char* keep_tiles = generic_at(shared_raw, q_full + Plan::kBarrierBytes);  // kDropout: [wg][2][64][kMaskLd]
 
   // Causal query blocks further down see more keys: launch those first so short ones fill the tail.
   const int64_t seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
@@ -281,11 +286,12 @@ __global__ void __launch_bounds__(256, 1)
   // Dropout: this warpgroup's keep flags of key tile `j` for its 64 queries, into flag buffer j % 2,
   // drawn by its 128 threads; a warpgroup barrier at the top of each tile orders the draws before
   // the reads and the last tile's reads before the next draws.
-  unsigned char* keep_here = keep_tiles + warpgroup * 2 * (Plan::kQueries / 2) * Plan::kMaskLd;
+  constexpr int kRows = Plan::kRowsPerWarpgroup;
+  unsigned char* keep_here = keep_tiles + warpgroup * 2 * kRows * Plan::kMaskLd;
   auto draw_tile_flags = [&](int j) {
-    draw_keep_flags<Plan::kQueries / 2, Plan::kKeys, Plan::kMaskLd, kWarpgroupThreads>(
-        dropout, uint64_t((head * seq + q0 + warpgroup * 64) * seq_k + int64_t(j) * Plan::kKeys), seq_k,
-        keep_here + (j & 1) * (Plan::kQueries / 2) * Plan::kMaskLd, thread % kWarpgroupThreads);
+    draw_keep_flags<kRows, Plan::kKeys, Plan::kMaskLd, kWarpgroupThreads>(
+        dropout, uint64_t((head * seq + q0 + warpgroup * kRows) * seq_k + int64_t(j) * Plan::kKeys), seq_k,
+        keep_here + (j & 1) * kRows * Plan::kMaskLd, thread % kWarpgroupThreads);
   };
   if constexpr (kDropout) {
     if (key_tiles > 0) draw_tile_flags(0);
@@ -363,7 +369,7 @@ __global__ void __launch_bounds__(256, 1)
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + tile_sum[h];
     // Dropout after the normaliser: l sums the undropped weights, O the dropped ones.
     if constexpr (kDropout) {
-      const unsigned char* keep = keep_here + (j & 1) * (Plan::kQueries / 2) * Plan::kMaskLd;
+      const unsigned char* keep = keep_here + (j & 1) * kRows * Plan::kMaskLd;
       const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
 #pragma unroll
       for (int c = 0; c < Plan::kKeys / 8; ++c)
@@ -387,7 +393,7 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_wait<0>();
     pin(o);
 
-    // This warp is done with the stage's K and V; the last of the 8 refills it with tile j + kStages.
+    // This warp is done with the stage's K and V; the last of the block's refills it with tile j + kStages.
     if (lane == 0 && kv_ring.count_done() && j + Plan::kStages < key_tiles)
       fetch_key_tile(j + Plan::kStages, kv_ring.stage);
     kv_ring.advance();
