@@ -188,10 +188,11 @@ __device__ __forceinline__ void add_product_by_column_chunks(float (&o)[D / 2], 
 template <int D, bool kDropout>
 struct ForwardPlan {
   static constexpr int kQueries = 128;  // per block: 2 warpgroups × 64 rows
-  // Keys per K/V tile: 64 past d = 128, where O takes D/2 registers a thread (128 at d = 256) and a
-  // larger K/V stage would not fit beside Q; 192 in 128-wide tiles (d = 128, and 96 padded to 128)
-  // without dropout (fewer tiles share the per-tile costs; two stages still fit); else 128.
-  static constexpr int kKeys = D > 128 ? 64 : D == 128 && !kDropout ? 192 : 128;
+  // Keys per K/V tile, the most that two stages of K and V fit beside Q without dropout (fewer tiles
+  // share the per-tile costs): 192 in 128-wide tiles (d = 128, and 96 padded to 128), 112 at
+  // d = 192, 80 at d = 256 (where O takes D/2 = 128 registers a thread). With dropout the keep flags
+  // need room too: 128, and 64 past d = 128.
+  static constexpr int kKeys = kDropout ? (D > 128 ? 64 : 128) : D == 128 ? 192 : D == 192 ? 112 : D == 256 ? 80 : 128;
   static constexpr int kThreads = 2 * kWarpgroupThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kStages = 2;     // K/V tiles in flight
