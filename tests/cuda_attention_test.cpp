@@ -153,8 +153,8 @@ std::vector<Case> all_cases() {
     cases.push_back({Variant::v2, t, 1, 96, false});
     cases.push_back({Variant::v2, t, 130, 96, true, 4.0});
   }
-  // d = 192 and 256 on the wgmma kernels (64-key tiles; the backward splits its products between the
-  // warpgroups): ragged tiles, N = 1, large logits.
+  // d = 192 and 256 on the wgmma kernels (the forward in 112- and 80-key tiles; the backward splits
+  // its products between the warpgroups): ragged tiles, N = 1, large logits.
   for (Dtype t : {Dtype::bf16, Dtype::fp16})
     for (int64_t d : {192, 256}) {
       for (bool causal : {false, true}) cases.push_back({Variant::v2, t, 383, d, causal});

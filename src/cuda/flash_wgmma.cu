@@ -3,10 +3,10 @@
 // Compiled for sm_90a alone (src/cuda/CMakeLists.txt); flash.cu calls it on a compute capability 9.0
 // device and keeps the mma.sync kernels (flash_mma.cu) for every other GPU and as `v2.mma`.
 //
-// Forward: a block of 2 warpgroups owns 128 queries (64 each) and walks the K/V tiles of kKeys keys
-// (192 in 128-wide tiles without dropout, 64 past d = 128, else 128): S = Q·Kᵀ (both operands from
-// shared memory), online softmax in registers, O += P·V with P straight from the S accumulators as
-// the A operand.
+// Forward: a block of warpgroups owns 64 queries each (3 at d = 64 without dropout, else 2) and walks
+// the K/V tiles of kKeys keys (without dropout: 192 in 128-wide tiles, 112 at d = 192, 80 at d = 256;
+// with it 64 past d = 128; else 128): S = Q·Kᵀ (both operands from shared memory), online softmax in
+// registers, O += P·V with P straight from the S accumulators as the A operand.
 //
 // Backward (FlashAttention-2's loop order): a block of 2 warpgroups owns 128 keys (64 each) and walks
 // the query tiles that see them (Q, dO, LSE, D; 64 queries, or 128 at d = 64 without dropout):
@@ -193,10 +193,11 @@ struct ForwardPlan {
   static constexpr int kWarpgroups = D == 64 && !kDropout ? 3 : 2;
   static constexpr int kRowsPerWarpgroup = 64;
   static constexpr int kQueries = kWarpgroups * kRowsPerWarpgroup;  // per block
-  // Keys per K/V tile: 64 past d = 128, where O takes D/2 registers a thread (128 at d = 256) and a
-  // larger K/V stage would not fit beside Q; 192 in 128-wide tiles (d = 128, and 96 padded to 128)
-  // without dropout (fewer tiles share the per-tile costs; two stages still fit); else 128.
-  static constexpr int kKeys = D > 128 ? 64 : D == 128 && !kDropout ? 192 : 128;
+  // Keys per K/V tile, the most that two stages of K and V fit beside Q without dropout (fewer tiles
+  // share the per-tile costs): 192 in 128-wide tiles (d = 128, and 96 padded to 128), 112 at
+  // d = 192, 80 at d = 256 (where O takes D/2 = 128 registers a thread). With dropout the keep flags
+  // need room too: 128, and 64 past d = 128.
+  static constexpr int kKeys = kDropout ? (D > 128 ? 64 : 128) : D == 128 ? 192 : D == 192 ? 112 : D == 256 ? 80 : 128;
   static constexpr int kThreads = kWarpgroups * kWarpgroupThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kStages = 2;     // K/V tiles in flight

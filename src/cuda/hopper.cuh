@@ -139,20 +139,25 @@ struct Wgmma;
       "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
       "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
       "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define FLASHBENCH_WGMMA_D40                                                                              \
+  FLASHBENCH_WGMMA_D32, "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), \
+      "+f"(d[39])
+#define FLASHBENCH_WGMMA_D56                                                                              \
+  FLASHBENCH_WGMMA_D40, "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), \
+      "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),          \
+      "+f"(d[54]), "+f"(d[55])
 #define FLASHBENCH_WGMMA_D64                                                                              \
-  FLASHBENCH_WGMMA_D32, "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),        \
-      "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]),     \
-      "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),     \
-      "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),     \
-      "+f"(d[62]), "+f"(d[63])
+  FLASHBENCH_WGMMA_D56, "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
+      "+f"(d[63])
 #define FLASHBENCH_WGMMA_REGS32                                                                            \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "         \
   "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31 "
-#define FLASHBENCH_WGMMA_REGS64                                                                            \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "         \
-  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "         \
-  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "         \
-  "%59, %60, %61, %62, %63 "
+#define FLASHBENCH_WGMMA_REGS40                                                                           \
+  FLASHBENCH_WGMMA_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39 "
+#define FLASHBENCH_WGMMA_REGS56                                                                           \
+  FLASHBENCH_WGMMA_REGS40 ", %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55 "
+#define FLASHBENCH_WGMMA_REGS64                                                                           \
+  FLASHBENCH_WGMMA_REGS56 ", %56, %57, %58, %59, %60, %61, %62, %63 "
 
 // Wgmma<T, 64> (32 accumulators) and Wgmma<T, 128> (64) for storage type T, PTX type PTX ("bf16",
 // "f16"). The operand numbers after the accumulators: ss takes a, b, accumulate, kTransA, kTransB;
@@ -212,30 +217,46 @@ FLASHBENCH_DEFINE_WGMMA(__half, "f16")
 #define FLASHBENCH_WGMMA_REGS96                                                                            \
   FLASHBENCH_WGMMA_REGS64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, "   \
   "%79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95 "
-// Wgmma<T, 192>: S of 192-key tiles (96 accumulators), shared-memory operands only.
-#define FLASHBENCH_DEFINE_WGMMA_192(T, PTX)                                                               \
+// Shapes for S = Q·Kᵀ of K/V tiles other than 64 or 128 keys, shared-memory operands only:
+// Wgmma<T, N> with ACCUMULATORS = N/2 accumulators (D: their asm operands, REGS: their numbers).
+// The operands after them are numbered on from ACCUMULATORS as in the ss above: PREDICATE is
+// `accumulate`'s number, OPERANDS the instruction's a, b, predicate and transposes.
+#define FLASHBENCH_DEFINE_WGMMA_SS(T, PTX, N, ACCUMULATORS, D, REGS, PREDICATE, OPERANDS)               \
   template <>                                                                                             \
-  struct Wgmma<T, 192> {                                                                                  \
-    static constexpr int kAccumulators = 96;                                                              \
+  struct Wgmma<T, N> {                                                                                    \
+    static constexpr int kAccumulators = ACCUMULATORS;                                                    \
     template <int kTransA, int kTransB>                                                                   \
-    __device__ __forceinline__ static void ss(float (&d)[96], uint64_t a, uint64_t b, int accumulate) {  \
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                           \
-                   "wgmma.mma_async.sync.aligned.m64n192k16.f32." PTX "." PTX " {" FLASHBENCH_WGMMA_REGS96 \
-                   "}, %96, %97, p, 1, 1, %99, %100;\n}\n"                                                \
-                   : FLASHBENCH_WGMMA_D96                                                                 \
+    __device__ __forceinline__ static void ss(float (&d)[ACCUMULATORS], uint64_t a, uint64_t b,           \
+                                              int accumulate) {                                           \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " PREDICATE ", 0;\n"                                 \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " {" REGS "}, " OPERANDS ";\n}\n" \
+                   : D                                                                                    \
                    : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));                       \
     }                                                                                                     \
   };
-FLASHBENCH_DEFINE_WGMMA_192(__nv_bfloat16, "bf16")
-FLASHBENCH_DEFINE_WGMMA_192(__half, "f16")
-#undef FLASHBENCH_DEFINE_WGMMA_192
+// 80 keys (d = 256), 112 (d = 192), 192 (d = 96 and 128).
+#define FLASHBENCH_DEFINE_WGMMA_SS_SHAPES(T, PTX)                                                        \
+  FLASHBENCH_DEFINE_WGMMA_SS(T, PTX, 80, 40, FLASHBENCH_WGMMA_D40, FLASHBENCH_WGMMA_REGS40, "%42",        \
+                             "%40, %41, p, 1, 1, %43, %44")                                               \
+  FLASHBENCH_DEFINE_WGMMA_SS(T, PTX, 112, 56, FLASHBENCH_WGMMA_D56, FLASHBENCH_WGMMA_REGS56, "%58",       \
+                             "%56, %57, p, 1, 1, %59, %60")                                               \
+  FLASHBENCH_DEFINE_WGMMA_SS(T, PTX, 192, 96, FLASHBENCH_WGMMA_D96, FLASHBENCH_WGMMA_REGS96, "%98",       \
+                             "%96, %97, p, 1, 1, %99, %100")
+FLASHBENCH_DEFINE_WGMMA_SS_SHAPES(__nv_bfloat16, "bf16")
+FLASHBENCH_DEFINE_WGMMA_SS_SHAPES(__half, "f16")
+#undef FLASHBENCH_DEFINE_WGMMA_SS_SHAPES
+#undef FLASHBENCH_DEFINE_WGMMA_SS
 #undef FLASHBENCH_WGMMA_REGS96
 #undef FLASHBENCH_WGMMA_D96
 
 #undef FLASHBENCH_DEFINE_WGMMA
 #undef FLASHBENCH_WGMMA_REGS64
+#undef FLASHBENCH_WGMMA_REGS56
+#undef FLASHBENCH_WGMMA_REGS40
 #undef FLASHBENCH_WGMMA_REGS32
 #undef FLASHBENCH_WGMMA_D64
+#undef FLASHBENCH_WGMMA_D56
+#undef FLASHBENCH_WGMMA_D40
 #undef FLASHBENCH_WGMMA_D32
 
 // ---- mbarriers and the tensor copy engine ----------------------------------------------------------
