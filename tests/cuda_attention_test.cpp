@@ -137,6 +137,13 @@ std::vector<Case> all_cases() {
       cases.push_back({v, t, 1, 64, true});
       cases.push_back({v, t, 130, 128, false, 4.0});
     }
+  // The materialising variants' softmax with the row in registers: a warp a row in four chunks a
+  // lane (N = 1000; in fp32 eight), a block a row (N = 2056), causal rows of every visible length.
+  for (Variant v : {Variant::standard, Variant::v1, Variant::checkpoint})
+    for (Dtype t : {Dtype::fp32, Dtype::bf16, Dtype::fp16}) {
+      cases.push_back({v, t, 1000, 64, true});
+      cases.push_back({v, t, 2056, 64, v != Variant::v1});
+    }
   // v2's tensor-core kernels, the newest (wgmma on Hopper) and the kept mma.sync ones, over a prime
   // N that spans several 128-row blocks and 64-query tiles with a ragged last one.
   for (const char* impl : {"v2", "v2.mma"})

@@ -231,9 +231,8 @@ void CudaAttention::forward(LayerCall& call, const void* X, void* O, KeptTensors
       float* row_max = kept.get<float>("m");
       float* row_sum = kept.get<float>("l");
       scores_gemm(launch, in, S);
-      softmax_rows(shape, S, nullptr, row_max, row_sum, launch.stream);
       RawBuffer probs(launch.space, Tag::workspace, launch.score_bytes());
-      probs_from_scores(shape, S, row_max, row_sum, probs.data(), launch.stream);
+      softmax_rows(shape, S, probs.data(), row_max, row_sum, launch.stream);  // P and the row statistics at once
       if (dropout) dropout_forward(shape, probs.data(), kept["Pd"], kept.get<unsigned char>("mask"), launch.stream);
       output_gemm(launch, dropout ? kept["Pd"] : probs.data(), in.V, O);
       return;

@@ -1,8 +1,9 @@
-// Row kernels of the materialising variants (standard, v1, checkpoint): one thread block per row
-// of an [BH, N, N_k] matrix. Each row is read twice (statistics, then the elementwise pass); the
-// second read mostly hits L2, since one row is at most N·2 bytes — except in softmax's backward,
-// which keeps rows up to 16K (16 bits) in shared memory. Rows whose length is a multiple
-// of 16 bytes are read and written in 16-byte chunks.
+// Row kernels of the materialising variants (standard, v1, checkpoint) over an [BH, N, N_k] matrix.
+// Rows whose length is a multiple of 16 bytes are read and written in 16-byte chunks. softmax's
+// forward holds such rows in registers (a warp a row up to 2K elements in 16 bits, a block a row up
+// to 16K), so each element is read once and its exponential taken once; longer or unaligned rows
+// take one block a row and are read twice (statistics, then the elementwise pass; the second read
+// mostly from L2). softmax's backward keeps rows up to 16K (16 bits) in shared memory.
 #include <cfloat>
 
 #include "element.cuh"
@@ -125,6 +126,85 @@ __global__ void __launch_bounds__(kRowThreads) softmax_rows_kernel(const T* scor
   }
 }
 
+// The maximum (kMax) or the sum of `value` over the kThreads threads of a row: a warp's by shuffles;
+// a block's (kThreads = kRowThreads) through shared memory as well. Every thread of the row gets it.
+template <int kThreads, bool kMax>
+__device__ __forceinline__ float row_reduce(float value) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, value, offset);
+    value = kMax ? fmaxf(value, other) : value + other;
+  }
+  if constexpr (kThreads == 32) {
+    return value;
+  } else {
+    static_assert(kThreads == kRowThreads, "a warp or the whole block a row");
+    __shared__ float partial[kRowThreads / 32];
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = value;
+    __syncthreads();
+    float total = partial[0];
+    for (int w = 1; w < kRowThreads / 32; ++w) total = kMax ? fmaxf(total, partial[w]) : total + partial[w];
+    return total;
+  }
+}
+
+// softmax_rows_kernel for rows of at most kThreadsPerRow · kChunks · kWidth elements (kWidth > 1),
+// held in registers from the read to the write: kThreadsPerRow = 32 (kRowThreads / 32 rows a block)
+// or kRowThreads (a row a block). Thread `lane` of a row holds its chunks lane, lane + kThreadsPerRow,
+// ... (consecutive lanes, consecutive 16 bytes). probs may alias scores: a row is read whole before
+// any of it is written, by the threads that write it.
+template <class T, int kWidth, int kThreadsPerRow, int kChunks>
+__global__ void __launch_bounds__(kRowThreads) softmax_rows_in_registers_kernel(const T* scores, T* probs,
+                                                                                float* row_max, float* row_sum,
+                                                                                RowExtent extent, int64_t rows) {
+  static_assert(kWidth > 1, "whole 16-byte chunks");
+  constexpr int kRowsPerBlock = kRowThreads / kThreadsPerRow;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  if (kThreadsPerRow == 32 && row >= rows) return;  // a warp's own row: no barrier to miss
+  const int lane = threadIdx.x % kThreadsPerRow;
+  const int64_t seq = extent.seq_k, length = extent.valid_length(row);
+  const T* s = scores + row * seq;
+  float x[kChunks][kWidth];
+  float max = -INFINITY;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int64_t j = (int64_t(c) * kThreadsPerRow + lane) * kWidth;
+    Chunk<T, kWidth> chunk;
+    if (j < length) chunk.load(s + j);  // a chunk past the visible columns is all masked: nothing to read
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e) {
+      x[c][e] = j + e < length ? chunk.value[e] : -INFINITY;
+      max = fmaxf(max, x[c][e]);
+    }
+  }
+  max = row_reduce<kThreadsPerRow, true>(max);
+  const float shift = max == -INFINITY ? 0.0f : max;  // a row that sees nothing: every weight exp(−∞) = 0
+  float sum = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c)
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e) {
+      x[c][e] = __expf(x[c][e] - shift);
+      sum += x[c][e];
+    }
+  sum = row_reduce<kThreadsPerRow, false>(sum);
+  if (lane == 0) {
+    if (row_max) row_max[row] = max;
+    if (row_sum) row_sum[row] = sum;
+  }
+  if (!probs) return;
+  T* p = probs + row * seq;
+  const float inverse_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int64_t j = (int64_t(c) * kThreadsPerRow + lane) * kWidth;
+    if (j >= seq) break;
+    Chunk<T, kWidth> chunk;
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e) chunk.value[e] = x[c][e] * inverse_sum;
+    chunk.store(p + j);
+  }
+}
+
 template <class T, int kWidth>
 __global__ void __launch_bounds__(kRowThreads) probs_from_scores_kernel(const T* scores, const float* row_max,
                                                                         const float* row_sum, T* probs,
@@ -236,8 +316,33 @@ RowExtent extent_of(const LayerShape& shape) { return {shape.seq, shape.seq_k, s
 
 template <class T, int kWidth>
 struct SoftmaxRows {
+  static constexpr int kMaxChunks = 8;  // a thread's share of a row in registers: 64 floats in 16 bits
+  template <int kThreadsPerRow, int kChunks>
+  static void in_registers(const LayerShape& shape, const void* scores, void* probs, float* row_max,
+                           float* row_sum, cudaStream_t stream) {
+    const int64_t rows = row_count(shape), rows_per_block = kRowThreads / kThreadsPerRow;
+    softmax_rows_in_registers_kernel<T, kWidth, kThreadsPerRow, kChunks>
+        <<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kRowThreads, 0, stream>>>(
+            static_cast<const T*>(scores), static_cast<T*>(probs), row_max, row_sum, extent_of(shape), rows);
+  }
+  // The fewest chunks a thread (of kThreadsPerRow a row) holding the row takes, as a power of two.
+  template <int kThreadsPerRow, int kChunks = 1>
+  static void by_chunks(const LayerShape& shape, const void* scores, void* probs, float* row_max,
+                        float* row_sum, cudaStream_t stream) {
+    if constexpr (kChunks < kMaxChunks) {
+      if (shape.seq_k > int64_t(kThreadsPerRow) * kChunks * kWidth)
+        return by_chunks<kThreadsPerRow, 2 * kChunks>(shape, scores, probs, row_max, row_sum, stream);
+    }
+    in_registers<kThreadsPerRow, kChunks>(shape, scores, probs, row_max, row_sum, stream);
+  }
   static void run(const LayerShape& shape, const void* scores, void* probs, float* row_max, float* row_sum,
                   cudaStream_t stream) {
+    if constexpr (kWidth > 1) {
+      if (shape.seq_k <= int64_t(32) * kMaxChunks * kWidth)  // short rows: a warp each, no block barrier
+        return by_chunks<32>(shape, scores, probs, row_max, row_sum, stream);
+      if (shape.seq_k <= int64_t(kRowThreads) * kMaxChunks * kWidth)
+        return by_chunks<kRowThreads>(shape, scores, probs, row_max, row_sum, stream);
+    }
     softmax_rows_kernel<T, kWidth><<<row_count(shape), kRowThreads, 0, stream>>>(
         static_cast<const T*>(scores), static_cast<T*>(probs), row_max, row_sum, extent_of(shape));
   }
