@@ -144,8 +144,12 @@ std::vector<Case> all_cases() {
       cases.push_back({v, t, 1000, 64, true});
       cases.push_back({v, t, 2056, 64, v != Variant::v1});
     }
+  // The same in the longest a warp holds (N = 2048: eight chunks a lane in 16 bits) and in four
+  // chunks a thread of a block's row (N = 4104).
+  cases.push_back({Variant::standard, Dtype::fp16, 2048, 64, false});
+  cases.push_back({Variant::standard, Dtype::bf16, 4104, 64, true});
   // v2's tensor-core kernels, the newest (wgmma on Hopper) and the kept mma.sync ones, over a prime
-  // N that spans several 128-row blocks and 64-query tiles with a ragged last one.
+  // N that spans several query blocks (128 or 192 rows) and 64-query tiles with a ragged last one.
   for (const char* impl : {"v2", "v2.mma"})
     for (Dtype t : {Dtype::bf16, Dtype::fp16})
       for (int64_t d : {64, 128})
@@ -304,6 +308,8 @@ INSTANTIATE_TEST_SUITE_P(
         WorkloadCase{"mqa_nk_more_fp16_d128", 4, 1, 150, 333, 128, false, false, 0.0, Dtype::fp16},
         WorkloadCase{"mqa_nk_more_causal_fp16_d128_expand", 4, 1, 150, 333, 128, true, true, 0.0, Dtype::fp16},
         WorkloadCase{"mha_cross_causal_bf16_d128", 2, 2, 257, 129, 128, true, false, 0.0, Dtype::bf16},
+        // B·H·N = 262 rows: the softmax's last block of warps (8 rows each) has warps past the last row.
+        WorkloadCase{"one_head_odd_rows_nk_more_causal_bf16_d64", 1, 1, 131, 200, 64, true, false, 0.0, Dtype::bf16},
         WorkloadCase{"dropout_self_causal_bf16_d64", 3, 3, 257, 257, 64, true, false, 0.1, Dtype::bf16},
         WorkloadCase{"dropout_self_fp16_d128", 2, 2, 200, 200, 128, false, false, 0.3, Dtype::fp16},
         WorkloadCase{"dropout_gqa_nk_more_causal_fp16_d128", 4, 2, 130, 190, 128, true, false, 0.2, Dtype::fp16},

@@ -7,6 +7,7 @@ line on stderr with exit 2 (before torch is needed).
 usage: floors_test.py FLASHBENCH_BINARY SOURCE_DIR
 """
 import contextlib
+import importlib.util
 import io
 import json
 import sys
@@ -33,14 +34,27 @@ PARTS = {"products": {name: float(i + 1) for i, name in enumerate(floors.PRODUCT
 
 class Plans(unittest.TestCase):
     def test_counts(self):
-        self.assertEqual(floors.PLANS["standard"]["fwd"], (["S = Q·Kᵀ", "O = P·V"], 1, 1))
-        self.assertEqual(floors.PLANS["standard"]["bwd"],
-                         (["dP = dO·Vᵀ", "dV = Pᵀ·dO", "dQ = dS·K", "dK = dSᵀ·Q"], 2, 1))
-        self.assertEqual(floors.PLANS["v1"]["bwd"][1:], (3, 2))  # P from the kept S, then standard's
-        self.assertEqual(floors.PLANS["checkpoint"]["bwd"][0][0], "S = Q·Kᵀ")  # S again
+        forward = (["S = Q·Kᵀ", "O = P·V"], 1, 1)  # S read once, P written once; the same for all three
+        backward = ["dP = dO·Vᵀ", "dV = Pᵀ·dO", "dQ = dS·K", "dK = dSᵀ·Q"]
+        self.assertEqual(floors.PLANS, {
+            "standard": {"fwd": forward, "bwd": (backward, 2, 1)},  # P and dP read, dS written
+            "v1": {"fwd": forward, "bwd": (backward, 3, 2)},  # P from the kept S first
+            "checkpoint": {"fwd": forward, "bwd": (["S = Q·Kᵀ"] + backward, 3, 2)},  # S again, then P from it
+        })
         for plan in floors.PLANS.values():
             for products, _, _ in plan.values():
                 self.assertTrue(set(products) <= set(floors.PRODUCTS))
+
+    def test_copy_is_two_passes(self):
+        # 8 GB copied in 4 ms: one pass 2 ms, 4000 GB/s (read + write).
+        self.assertEqual(floors.copy_pass(4.0, 8e9), {"pass_ms": 2.0, "copy_gbps": 4000.0})
+
+    def test_saved_parts_are_checked(self):
+        self.assertIsNone(floors.check_parts({"a": PARTS, "b": {"error": "oom"}}))
+        no_product = {"products": {name: 1.0 for name in floors.PRODUCTS[1:]}, "pass_ms": 1.0, "copy_gbps": 1.0}
+        for bad in ([PARTS], {"a": no_product}, {"a": dict(PARTS, pass_ms=0.0)}, {"a": dict(PARTS, copy_gbps="x")},
+                    {"a": "text"}):
+            self.assertIsNotNone(floors.check_parts(bad), bad)
 
     def test_causal_reads_the_visible_part(self):
         self.assertEqual(floors.passes("standard", "bwd", {"seq": 64}), 3)
@@ -67,12 +81,12 @@ class Rows(unittest.TestCase):
         self.assertAlmostEqual(judged["bwd"]["ratio"], 1.0)
 
     def test_skipped_with_reasons(self):
-        cases = {"dropout": row(dropout=0.1), "grouped": row(kv_heads=1), "N_k": row(seq_k=32),
-                 "status": dict(row(), status="oom")}
-        for what, r in cases.items():
+        cases = {"dropout": row(dropout=0.1), "grouped K/V": row(kv_heads=1), "N_k != N": row(seq_k=32),
+                 "status oom": dict(row(), status="oom")}
+        for reason, r in cases.items():
             judged = floors.judge(r, PARTS)
-            self.assertEqual(judged["status"], "skipped", what)
-            self.assertIn(what if what != "grouped" else "grouped", judged["reason"])
+            self.assertEqual(judged["status"], "skipped", reason)
+            self.assertIn(reason, judged["reason"])
         self.assertEqual(floors.judge(row(), {"error": "oom"})["reason"], "oom")
         self.assertIsNotNone(floors.why_not(row(variant="v2")))
 
@@ -124,14 +138,38 @@ class BadInput(unittest.TestCase):
             (tmp / "bad.json").write_text("{not json")
             results = tmp / "r.json"
             results.write_text(json.dumps({"rows": [row()]}))
+            meta = {"gpu": "a GPU", "torch": "x"}
+            saved = {"no gpu": {"meta": {"torch": "x"}, "parts": {"1,2,64,8,bf16": PARTS}},
+                     "parts a list": {"meta": meta, "parts": [PARTS]},
+                     "a product missing": {"meta": meta, "parts": {"1,2,64,8,bf16": {"pass_ms": 1.0, "copy_gbps": 1.0,
+                                                                                     "products": {}}}}}
+            (tmp / "saved").mkdir()
+            for what, document in saved.items():
+                (tmp / "saved" / "parts.json").write_text(json.dumps(document))
+                code, err = self.run_main(str(tmp / "out"), str(results), "--parts", str(tmp / "saved" / "parts.json"))
+                self.assertEqual((code, len(err.strip().splitlines())), (2, 1), f"{what}: {err}")
             code, err = self.run_main(str(tmp / "out"), str(results), "--parts", str(tmp / "bad.json"))
             self.assertEqual((code, len(err.strip().splitlines())), (2, 1), err)
+            if importlib.util.find_spec("torch") is None:  # measuring without torch: said, not a traceback
+                code, err = self.run_main(str(tmp / "out"), str(results))
+                self.assertEqual((code, len(err.strip().splitlines())), (2, 1), err)
+                self.assertIn("PyTorch", err)
             for path in (tmp / "missing.json", tmp / "bad.json"):
                 code, err = self.run_main(str(tmp / "out"), str(path))
                 self.assertEqual(code, 2)
                 self.assertEqual(len(err.strip().splitlines()), 1, err)
                 self.assertIn(str(path), err)
             self.assertFalse((tmp / "out").exists())
+
+    def test_output_folder_that_cannot_be_made(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            (tmp / "saved.json").write_text(json.dumps({"meta": {"gpu": "g", "torch": "t"}, "parts": {}}))
+            (tmp / "r.json").write_text(json.dumps({"rows": [row()]}))
+            (tmp / "file").write_text("")
+            code, err = self.run_main(str(tmp / "file" / "out"), str(tmp / "r.json"), "--parts", str(tmp / "saved.json"))
+            self.assertEqual((code, len(err.strip().splitlines())), (2, 1), err)
+            self.assertIn("cannot create", err)
 
     def test_no_eligible_rows(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -88,8 +88,10 @@ def why_not(row):
         return f"status {row.get('status')}"
     if p.get("dropout", 0.0) > 0.0:
         return "dropout (the floors are of the plain layer)"
-    if p.get("kv_heads", p.get("heads")) != p.get("heads") or p.get("seq_k", p.get("seq")) != p.get("seq"):
-        return "grouped K/V or N_k != N"
+    if p.get("kv_heads", p.get("heads")) != p.get("heads"):
+        return "grouped K/V heads"
+    if p.get("seq_k", p.get("seq")) != p.get("seq"):
+        return "N_k != N"
     return None
 
 
@@ -138,7 +140,8 @@ def markdown(judged, parts_by_shape, meta):
              f"torch {meta['torch']}, {meta['time']}. Floor = the variant's products timed alone (cuBLAS "
              "through torch, fp32 accumulation) + its N×N passes at the measured copy bandwidth, times L; "
              "ratio = flashbench's median ÷ floor (scripts/peers/floors.py)."
-             + (f" Parts from {meta['parts_from']}." if meta.get("parts_from") else ""), "",
+             + (f" Parts from {meta['parts_from']} (measured {meta.get('parts_measured') or '?'})."
+                if meta.get("parts_from") else ""), "",
              "| variant | B,H,N,d | causal | dtype | fwd ms | fwd floor | fwd ÷ floor | bwd ms | bwd floor | "
              "bwd ÷ floor |",
              "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -162,6 +165,28 @@ def markdown(judged, parts_by_shape, meta):
         cells = " | ".join(f"{parts['products'][name]:.3f}" for name in PRODUCTS)
         lines.append(f"| {shape} | {cells} | {parts['pass_ms']:.3f} | {parts['copy_gbps']:.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def copy_pass(copy_ms, tensor_bytes):
+    """One N×N pass from a copy of the tensor (one read and one write: two passes) and its rate."""
+    return {"pass_ms": copy_ms / 2, "copy_gbps": 2 * tensor_bytes / copy_ms / 1e6}
+
+
+def check_parts(parts):
+    """Why a floors.json's `parts` cannot be used, or None: a dict of shapes, each {"error": ...} or
+    holding every product, pass_ms and copy_gbps as numbers."""
+    if not isinstance(parts, dict):
+        return "its parts are not a table of shapes"
+    for key, shape in parts.items():
+        if isinstance(shape, dict) and "error" in shape:
+            continue
+        try:
+            numbers = [shape["pass_ms"], shape["copy_gbps"]] + [shape["products"][name] for name in PRODUCTS]
+        except (KeyError, TypeError):
+            return f"its parts of {key} lack a product, pass_ms or copy_gbps"
+        if not all(isinstance(x, (int, float)) and x > 0 for x in numbers):
+            return f"its parts of {key} are not all positive numbers"
+    return None
 
 
 def measure_parts(shape, args):
@@ -201,9 +226,8 @@ def measure_parts(shape, args):
             torch.cuda.synchronize()
             return timing.sample(once, args)["median_ms"]
         products = {name: timed(fn) for name, fn in work.items()}
-        copy_ms = timed(lambda: other.copy_(scores))
-        pass_bytes = scores.numel() * scores.element_size()
-        return {"products": products, "pass_ms": copy_ms / 2, "copy_gbps": 2 * pass_bytes / copy_ms / 1e6}
+        return dict(copy_pass(timed(lambda: other.copy_(scores)), scores.numel() * scores.element_size()),
+                    products=products)
     except torch.cuda.OutOfMemoryError:
         return {"error": "oom"}
     finally:
@@ -242,12 +266,28 @@ def main(argv=None):
     if args.parts:
         try:
             saved = json.loads(Path(args.parts).read_text())
-            parts_by_key, meta = saved["parts"], dict(saved["meta"], parts_from=args.parts)
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            print(f"floors.py: '{args.parts}' is not a floors.json ({error.__class__.__name__})", file=sys.stderr)
+            parts_by_key, meta = saved["parts"], dict(saved["meta"])
+            why = check_parts(parts_by_key) or (None if {"gpu", "torch"} <= set(meta) else "its meta names no gpu or torch")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            why = f"not a floors.json ({error.__class__.__name__})"
+        if why:
+            print(f"floors.py: '{args.parts}': {why}", file=sys.stderr)
             return 2
+        meta.update(parts_from=args.parts, parts_measured=meta.get("parts_measured") or meta.get("time"))
     else:
-        import torch
+        try:
+            import torch
+        except ImportError:
+            print("floors.py: measuring needs PyTorch with CUDA (on the GPU machine); --parts FILE judges without it",
+                  file=sys.stderr)
+            return 2
+    out = Path(args.out)
+    try:  # before any measuring: an OUT that cannot be made is known at once
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"floors.py: cannot create the output folder '{out}' ({error.strerror})", file=sys.stderr)
+        return 2
+    if not args.parts:
         parts_by_key = {}
         for row in wanted:
             key = shape_key(row["problem"])
@@ -255,15 +295,15 @@ def main(argv=None):
                 parts_by_key[key] = measure_parts(shape_of(row["problem"]), args)
                 print(f"parts of {key}: {parts_by_key[key]}", flush=True)
         meta = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
-    meta.update(tool="floors.py", argv=sys.argv,
+    meta.update(tool="floors.py", argv=[sys.argv[0]] + list(argv if argv is not None else sys.argv[1:]),
                 time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     judged = [judge(r, parts_by_key.get(shape_key(r["problem"]))) for r in rows
               if r.get("backend") == "cuda" and r.get("variant") in PLANS]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomically(out / "floors.json", json.dumps({"meta": meta, "parts": parts_by_key, "rows": judged}, indent=1) + "\n")
-    write_atomically(out / "floors.md", markdown(judged, parts_by_key, meta))
-    print(markdown(judged, parts_by_key, meta))
+    document = json.dumps({"meta": meta, "parts": parts_by_key, "rows": judged}, indent=1) + "\n"
+    table = markdown(judged, parts_by_key, meta)  # both texts made before either file is written
+    write_atomically(out / "floors.json", document)
+    write_atomically(out / "floors.md", table)
+    print(table)
     return 0
 
 

@@ -22,7 +22,7 @@
 //
 // Tiles arrive by the copy engine (TMA, one thread names a tile in a tensor map) on mbarriers, two
 // stages deep; the last warp of the block to finish with a stage refills it. So the threads that
-// compute issue no copies, and the two warpgroups never wait for each other at a block barrier in the
+// compute issue no copies, and the warpgroups never wait for each other at a block barrier in the
 // forward pass, and at one per tile in the backward (none at d = 64).
 #include <algorithm>
 #include <cstdint>
@@ -102,7 +102,8 @@ __device__ __forceinline__ void draw_keep_bits(const philox::DropoutMask& dropou
   bits[thread] = word;
 }
 
-// Barrier of the 128 threads of one warpgroup (ids 1 and 2; 0 is __syncthreads).
+// Barrier of the 128 threads of one warpgroup (ids 1 and 2; 0 is __syncthreads): blocks of two
+// warpgroups only.
 __device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
   if (warpgroup == 0)
     asm volatile("bar.sync 1, %0;\n" ::"n"(kWarpgroupThreads) : "memory");
@@ -244,6 +245,7 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
   using Plan = ForwardPlan<D, kDropout>;
   using QTile = typename Plan::QTile;
   using KVTile = typename Plan::KVTile;
+  static_assert(!kDropout || Plan::kWarpgroups == 2, "the keep flags' warpgroup_barrier has ids for two warpgroups");
   extern __shared__ unsigned char shared_raw[];
   const uint32_t sQ = aligned_shared_base(shared_raw);
   const uint32_t sK = sQ + QTile::kBytes;                 // [kStages] K tiles

@@ -225,6 +225,7 @@ FLASHBENCH_DEFINE_WGMMA(__half, "f16")
   template <>                                                                                             \
   struct Wgmma<T, N> {                                                                                    \
     static constexpr int kAccumulators = ACCUMULATORS;                                                    \
+    static_assert(kAccumulators == N / 2, "m64nNk16: N/2 fp32 accumulators a thread");                   \
     template <int kTransA, int kTransB>                                                                   \
     __device__ __forceinline__ static void ss(float (&d)[ACCUMULATORS], uint64_t a, uint64_t b,           \
                                               int accumulate) {                                           \

@@ -128,6 +128,9 @@ __global__ void __launch_bounds__(kRowThreads) softmax_rows_kernel(const T* scor
 
 // The maximum (kMax) or the sum of `value` over the kThreads threads of a row: a warp's by shuffles;
 // a block's (kThreads = kRowThreads) through shared memory as well. Every thread of the row gets it.
+// Each instance has its own shared array, written once a launch: a kernel may call the two instances
+// one after the other, but not one of them twice (a second call would overwrite it while a slower
+// warp still reads the first call's values).
 template <int kThreads, bool kMax>
 __device__ __forceinline__ float row_reduce(float value) {
   for (int offset = 16; offset > 0; offset /= 2) {
