@@ -214,17 +214,8 @@ def measure_parts(shape, args):
             "dQ = dS·K": lambda: dx.baddbmm_(scores, k, alpha=scale),
             "dK = dSᵀ·Q": lambda: dx.baddbmm_(scores.transpose(1, 2), q, alpha=scale),
         }
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
         def timed(fn):
-            def once():
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                return start.elapsed_time(end)
-            torch.cuda.synchronize()
-            return timing.sample(once, args)["median_ms"]
+            return timing.cuda_sample(fn, args)["median_ms"]
         products = {name: timed(fn) for name, fn in work.items()}
         return dict(copy_pass(timed(lambda: other.copy_(scores)), scores.numel() * scores.element_size()),
                     products=products)
@@ -245,11 +236,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", help="folder for floors.json and floors.md")
     p.add_argument("results", nargs="+", help="flashbench result files (run --format json) with cuda rows")
-    p.add_argument("--max-time", type=float, default=1.0, help="seconds of samples per part, at most")
-    p.add_argument("--max-noise", type=float, default=0.02)
-    p.add_argument("--min-samples", type=int, default=5)
-    p.add_argument("--max-samples", type=int, default=200)
-    p.add_argument("--warmup", type=int, default=2)
+    timing.add_arguments(p, warmup=2, max_samples=200, max_time=1.0, per="part")
     p.add_argument("--seed", type=int, default=20261201)
     p.add_argument("--parts", help="a floors.json whose measured parts to use instead of measuring (no GPU needed)")
     args = p.parse_args(argv)

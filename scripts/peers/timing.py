@@ -49,3 +49,29 @@ def sample(time_once, args, before=None):
         if n >= args.min_samples and (elapsed >= args.max_time or median_noise(samples) <= args.max_noise):
             break
     return summary(samples)
+
+
+def cuda_sample(fn, args, before=None):
+    """sample() of fn() timed by CUDA events around each run (torch is imported here: the CPU peers
+    need none). Nothing queued before the first run counts towards it."""
+    import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def time_once():
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    torch.cuda.synchronize()
+    return sample(time_once, args, before)
+
+
+def add_arguments(parser, warmup, max_samples, max_time, per="configuration"):
+    """The stopping rule's options, as flashbench run names them, with a script's own defaults."""
+    parser.add_argument("--warmup", type=int, default=warmup, help="untimed runs first")
+    parser.add_argument("--min-samples", type=int, default=5)
+    parser.add_argument("--max-samples", type=int, default=max_samples)
+    parser.add_argument("--max-noise", type=float, default=0.02,
+                        help="stop once the median's ~95%% confidence half-width is this fraction of it")
+    parser.add_argument("--max-time", type=float, default=max_time, help=f"seconds of samples per {per}, at most")

@@ -107,11 +107,7 @@ def main():
     p.add_argument("--head-dim", type=int_list, default=[64], help="comma list of d")
     p.add_argument("--mask", choices=["false", "true", "both"], default="false")
     p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--min-samples", type=int, default=5)
-    p.add_argument("--max-samples", type=int, default=50)
-    p.add_argument("--max-noise", type=float, default=0.02)
-    p.add_argument("--max-time", type=float, default=10.0, help="seconds of samples per configuration")
+    timing.add_arguments(p, warmup=1, max_samples=50, max_time=10.0)
     p.add_argument("--seed", type=int, default=20261129)
     args = p.parse_args()
 

@@ -44,20 +44,6 @@ BACKENDS = {
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def sample(fn, args, before=None):
-    """Times fn() with CUDA events until the stopping rule holds; `before` runs untimed each time."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def time_once():
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
-    torch.cuda.synchronize()  # nothing queued before the first run counts towards it
-    return timing.sample(time_once, args, before)
-
-
 def bench(name, B, H, N, d, causal, dtype_name, args):
     backend, variant = BACKENDS[name]
     dtype = DTYPES[dtype_name]
@@ -92,13 +78,13 @@ def bench(name, B, H, N, d, causal, dtype_name, args):
             peak = torch.cuda.max_memory_allocated() - base + input_bytes
             q.grad = k.grad = v.grad = None
             del o
-            fwd = sample(f, args)
+            fwd = timing.cuda_sample(f, args)
             o = f()
 
             def reset_grads():
                 q.grad = k.grad = v.grad = None
 
-            bwd = sample(lambda: o.backward(dO, retain_graph=True), args, before=reset_grads)
+            bwd = timing.cuda_sample(lambda: o.backward(dO, retain_graph=True), args, before=reset_grads)
             del o
         flop = 4 * B * H * N * N * d * (0.5 if causal else 1.0)
         row["timing"] = {"fwd": fwd, "bwd": bwd}
@@ -133,11 +119,7 @@ def main():
     p.add_argument("--mask", choices=["false", "true", "both"], default="both")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
     p.add_argument("--backends", default=",".join(BACKENDS))
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--min-samples", type=int, default=5)
-    p.add_argument("--max-samples", type=int, default=100)
-    p.add_argument("--max-noise", type=float, default=0.02)
-    p.add_argument("--max-time", type=float, default=2.0)
+    timing.add_arguments(p, warmup=3, max_samples=100, max_time=2.0)
     p.add_argument("--seed", type=int, default=20261129)
     p.add_argument("--trace", help="write each row's memory_viz snapshot and Chrome trace into this directory")
     args = p.parse_args()
