@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Nsight Compute's reading of one launch of a kernel in a flashbench run: where the warps stall, how
+# busy the tensor pipe and the issue slots are, the source-level counters. A kernel change starts
+# from here (docs/cuda-notes.md). ncu reads the counters only on machines whose runtime lets it; the
+# clocks are left as they are (--clock-control none), so the reading is of the GPU as it runs.
+#
+#   scripts/gpu-ncu.sh OUTPUT_DIR BUILD_DIR KERNEL_REGEX [flashbench run arguments...]
+#
+# BUILD_DIR holds flashbench. KERNEL_REGEX picks the kernel by its (mangled) name, e.g.
+# 'backward_kernel' or 'forward_kernel.*Li64'; the first launch that matches is read. The run
+# arguments default to v2 at d = 128, N = 16K, H = 16, bf16, without a mask; the script adds
+# --profile (one warm-up, one sample) and --no-check. Environment: NCU (default ncu), NCU_SECTIONS
+# (default: SpeedOfLight, ComputeWorkloadAnalysis, MemoryWorkloadAnalysis, WarpStateStats,
+# SourceCounters, LaunchStats, Occupancy).
+#
+# Writes OUTPUT_DIR/ncu.txt (the report as text) and OUTPUT_DIR/command.txt. Exit: 0; 1 ncu or the
+# run failed (ncu.txt says why); 2 a usage error; 3 no ncu.
+set -euo pipefail
+usage="usage: scripts/gpu-ncu.sh OUTPUT_DIR BUILD_DIR KERNEL_REGEX [flashbench run arguments...]"
+if [ $# -lt 3 ]; then
+  echo "$usage" >&2
+  exit 2
+fi
+out=$1 build=$2 kernel=$3
+shift 3
+if [ ! -x "$build/flashbench" ]; then
+  echo "gpu-ncu.sh: no flashbench in '$build'" >&2
+  exit 2
+fi
+ncu=${NCU:-ncu}
+if ! command -v "$ncu" > /dev/null; then
+  echo "gpu-ncu.sh: no Nsight Compute ('$ncu' is not on PATH; NCU names another)" >&2
+  exit 3
+fi
+if [ $# -eq 0 ]; then
+  set -- --backend cuda --impl v2 --seq 16384 --batch 1 --heads 16 --head-dim 128 --dtype bf16
+fi
+if ! mkdir -p "$out" 2>/dev/null; then
+  echo "gpu-ncu.sh: cannot create the output folder '$out'" >&2
+  exit 2
+fi
+sections=()
+for section in ${NCU_SECTIONS:-SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis WarpStateStats \
+  SourceCounters LaunchStats Occupancy}; do
+  sections+=(--section "$section")
+done
+command=("$ncu" --clock-control none "${sections[@]}" --print-details all -k "regex:$kernel" -c 1
+  "$build/flashbench" run "$@" --profile --no-check)
+printf '%q ' "${command[@]}" > "$out/command.txt"
+echo >> "$out/command.txt"
+if ! "${command[@]}" > "$out/ncu.txt" 2>&1; then
+  tail -5 "$out/ncu.txt" >&2
+  echo "gpu-ncu.sh: ncu or the run failed ($out/ncu.txt)" >&2
+  exit 1
+fi
+if grep -q "No kernels were profiled" "$out/ncu.txt" || ! grep -q "Section:" "$out/ncu.txt"; then
+  echo "gpu-ncu.sh: ncu read no kernel matching '$kernel' ($out/ncu.txt)" >&2
+  exit 1
+fi
+echo "gpu-ncu.sh: $out/ncu.txt"
