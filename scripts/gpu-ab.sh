@@ -3,7 +3,8 @@
 # the candidate's correctness tests first (a candidate that fails them, or for which none ran, is not
 # timed), then the same `flashbench run` for each build, alternating so that drift (clocks,
 # temperature, the power cap) falls on both (baseline first in odd rounds, candidate first in even
-# ones, an even number of rounds), and `flashbench compare` of each round's pair.
+# ones, an even number of rounds), `flashbench compare` of each round's pair, and of all rounds
+# together (each side's runs merged as rounds: `flashbench merge --rounds`), the verdict to go by.
 #
 #   scripts/gpu-ab.sh OUTPUT_DIR BASELINE_BUILD CANDIDATE_BUILD [flashbench run arguments...]
 #
@@ -13,8 +14,8 @@
 # (a gtest filter; default the GPU tests of v2 against float64, the GPU workload tests of every
 # variant, and the determinism tests), SKIP_TESTS=1 (time without testing).
 #
-# Writes OUTPUT_DIR/tests.txt, {baseline,candidate}-rK.json and .log, compare-rK.md, and prints each
-# comparison. Exit: 0; 1 a run or a comparison failed; 2 a usage error; 4 the candidate failed its
+# Writes OUTPUT_DIR/tests.txt, {baseline,candidate}-rK.json and .log, compare-rK.md,
+# {baseline,candidate}.json (the rounds merged) and compare.md, and prints each comparison. Exit: 0; 1 a run or a comparison failed; 2 a usage error; 4 the candidate failed its
 # tests, or none of them ran (nothing timed).
 set -euo pipefail
 usage="usage: scripts/gpu-ab.sh OUTPUT_DIR BASELINE_BUILD CANDIDATE_BUILD [flashbench run arguments...]"
@@ -86,3 +87,29 @@ for round in $(seq 1 "$rounds"); do
   fi
   cat "$out/compare-r$round.md"
 done
+
+# All rounds together: one side's runs as rounds of one run, judged on every sample, with the rounds'
+# spread as the bar where it is wider than the threshold (by a build whose merge knows --rounds).
+merger=""
+for build in "$candidate" "$baseline"; do
+  if "$build/flashbench" merge --help 2>/dev/null | grep -q -- "--rounds"; then merger=$build/flashbench; fi
+done
+if [ -z "$merger" ]; then
+  echo "all rounds: neither build's merge knows --rounds; judge the rounds above together"
+  exit 0
+fi
+for side in baseline candidate; do
+  files=()
+  for round in $(seq 1 "$rounds"); do files+=("$out/$side-r$round.json"); done
+  if ! "$merger" merge --rounds "${files[@]}" --out "$out/$side.json" > /dev/null; then
+    echo "gpu-ab.sh: merging the $side's rounds failed" >&2
+    exit 1
+  fi
+done
+echo "all $rounds rounds:"
+if ! "$merger" compare "$out/baseline.json" "$out/candidate.json" --format md > "$out/compare.md"; then
+  cat "$out/compare.md" >&2
+  echo "gpu-ab.sh: the comparison of all rounds failed" >&2
+  exit 1
+fi
+cat "$out/compare.md"

@@ -4,7 +4,8 @@ scripts/test.sh configured with the tests on stays so; scripts/gpu-check.sh refu
 configured otherwise instead of changing it. And scripts/gpu-bench.sh merges its rows files and a
 peer's file through `flashbench merge` (the fake binary hands `merge` to the real one).
 scripts/gpu-ab.sh tests the candidate build first, times nothing when it fails, and otherwise runs the
-two builds alternately (the real binary, on the CPU) and compares each round's pair.
+two builds alternately (the real binary, on the CPU), compares each round's pair, and all rounds
+together (each side's runs merged as rounds).
 
 The scripts run from a copy of scripts/ in a temporary folder (so their root is that folder) with a
 fake cmake first on PATH: it records its arguments and writes -D options into the CMakeCache.txt of
@@ -330,6 +331,17 @@ class ScriptBuildsTest(unittest.TestCase):
             self.assertIn(f"A = `{out}/baseline-r{round_}.json`, B = `{out}/candidate-r{round_}.json`", table)
             self.assertIn("| cpu | v2 | B=1 H=1 N=32 d=8 L=1 fp32 |", table)
         self.assertIn("round 2 (candidate baseline):", result.stdout)
+        # all rounds together: each side's runs merged as rounds, then one comparison
+        self.assertIn("all 2 rounds:", result.stdout)
+        with open(os.path.join(out, "compare.md"), encoding="utf-8") as handle:
+            table = handle.read()
+        self.assertIn(f"A = `{out}/baseline.json`, B = `{out}/candidate.json`", table)
+        self.assertIn("| cpu | v2 | B=1 H=1 N=32 d=8 L=1 fp32 |", table)
+        with open(os.path.join(out, "candidate.json"), encoding="utf-8") as handle:
+            merged = json.load(handle)
+        self.assertEqual(merged["meta"]["rounds"], 2)
+        for row in merged["rows"]:
+            self.assertEqual(len(row["timing"]["bwd"]["round_medians_ms"]), 2)
 
     def test_gpu_ab_does_not_time_a_candidate_that_fails_its_tests(self):
         baseline, candidate = self.ab_build("baseline"), self.ab_build("candidate", tests_exit=1)

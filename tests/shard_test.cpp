@@ -319,5 +319,75 @@ TEST(MergeResults, WarnsOnMixedDevicesAndKeepsPeersApart) {
   EXPECT_TRUE(merged.missing.empty());
 }
 
+// A whole run of small_sweep() whose ok rows' forward and backward samples are `fwd` and `bwd`.
+ResultsFile timed_run(const std::vector<double>& fwd, const std::vector<double>& bwd) {
+  ResultsFile file = shard_file(small_sweep(), 0, 1, {});
+  file.row_objects.clear();
+  for (Row& row : file.rows) {
+    if (row.status == Status::ok) {
+      row.fwd = summarize(fwd, 0.02);
+      row.bwd = summarize(bwd, 0.02);
+    }
+    file.row_objects.push_back(row_to_json(row));
+  }
+  return file;
+}
+
+TEST(MergeRunsAsRounds, EachRunIsARoundOfEveryRow) {
+  const MergeResult merged =
+      merge_runs_as_rounds({{"r1.json", timed_run({1, 2, 3}, {4, 5, 6})}, {"r2.json", timed_run({2, 3, 4, 5}, {6, 7, 8})}});
+  const ResultsFile first = timed_run({1, 2, 3}, {4, 5, 6});
+  ASSERT_EQ(merged.rows, first.rows.size());
+  EXPECT_EQ(row_keys(merged.document.at("rows")), row_keys(nlohmann::ordered_json(first.row_objects)));
+  EXPECT_EQ(merged.document.at("meta").at("rounds"), 2);
+  EXPECT_EQ(merged.document.at("meta").at("inputs").size(), 2u);
+  size_t ok = 0;
+  for (size_t i = 0; i < merged.rows; ++i) {
+    const nlohmann::ordered_json& object = merged.document.at("rows").at(i);
+    const Row row = row_from_json(object);
+    if (row.status != Status::ok) {
+      EXPECT_EQ(row.fwd.count(), 0u);  // a skipped row stays as it was
+      continue;
+    }
+    ++ok;
+    EXPECT_EQ(row.fwd.samples_ms, (std::vector<double>{1, 2, 3, 2, 3, 4, 5}));
+    EXPECT_EQ(row.fwd.round_medians_ms, (std::vector<double>{2, 3.5}));
+    EXPECT_DOUBLE_EQ(row.fwd.median_ms, 3);
+    EXPECT_EQ(row.bwd.round_medians_ms, (std::vector<double>{5, 7}));
+    // the throughput follows the merged median (3 ms), not the first run's (2 ms)
+    EXPECT_DOUBLE_EQ(object.at("throughput").at("fwd_tflops").get<double>(), row.fwd_tflops());
+    EXPECT_NEAR(row.fwd_tflops() * 3.0, 2.0 * first.rows[i].fwd_tflops(), 1e-9 * row.fwd_tflops());
+  }
+  EXPECT_GT(ok, 0u);
+}
+
+TEST(MergeRunsAsRounds, RefusesRunsOfOtherRows) {
+  const auto refusal = [](std::vector<MergeInput> inputs) {
+    return usage_message([&] { merge_runs_as_rounds(inputs); });
+  };
+  const ResultsFile run = timed_run({1}, {2});
+  EXPECT_EQ(refusal({{"r1.json", run}}), "--rounds merges two or more runs of the same rows");
+  ResultsFile shorter = run;
+  shorter.rows.pop_back();
+  shorter.row_objects.pop_back();
+  EXPECT_NE(refusal({{"r1.json", run}, {"r2.json", shorter}}).find("'r2.json' has no cpu"), std::string::npos);
+  EXPECT_NE(refusal({{"r1.json", shorter}, {"r2.json", run}}).find("which 'r1.json' does not"), std::string::npos);
+  ResultsFile twice = run;
+  twice.rows.push_back(run.rows.front());
+  EXPECT_NE(refusal({{"r1.json", run}, {"r2.json", twice}}).find("holds cpu standard on"), std::string::npos);
+  ResultsFile failed = run;
+  for (Row& row : failed.rows)
+    if (row.status == Status::ok) {
+      row.status = Status::failed;
+      break;
+    }
+  EXPECT_NE(refusal({{"r1.json", run}, {"r2.json", failed}}).find("ran in 'r1.json' and not in 'r2.json'"),
+            std::string::npos);
+  ResultsFile newer = run;
+  newer.schema_version = 2;
+  EXPECT_NE(refusal({{"r1.json", run}, {"r2.json", newer}}).find("schema_version differs"), std::string::npos);
+  EXPECT_NE(refusal({{"r1.json", run}, {"peer.json", run, true}}).find("is a peer's file"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace flashbench

@@ -76,4 +76,13 @@ struct MergeResult {
 // nothing to merge.
 MergeResult merge_results(const std::vector<MergeInput>& inputs);
 
+// Runs of the same rows one after another (say two builds alternated, each run once a round) as
+// rounds of one run: each row's forward and backward timings become those of its runs, every sample
+// kept and each run's median a round's (as `run --rounds` records them), so that `compare` judges
+// the runs together; every other field is the first run's, the throughput recomputed. The meta is
+// the first run's, with every input's under meta.inputs and meta.rounds their count. Refuses
+// (UsageError): fewer than two inputs, peers' files, differing schema versions, a row that is not
+// in every run (or is twice in one), and a row that ran in one run and not in another.
+MergeResult merge_runs_as_rounds(const std::vector<MergeInput>& inputs);
+
 }  // namespace flashbench

@@ -15,13 +15,14 @@ struct MergeFlags {
   std::vector<std::string> files;
   std::vector<std::string> peers;
   std::string out;
+  bool rounds = false;
 };
 
 int run_merge(const MergeFlags& flags) {
   std::vector<MergeInput> inputs;
   for (const std::string& path : flags.files) inputs.push_back({path, read_results_file(path), false});
   for (const std::string& path : flags.peers) inputs.push_back({path, read_results_file(path), true});
-  const MergeResult merged = merge_results(inputs);
+  const MergeResult merged = flags.rounds ? merge_runs_as_rounds(inputs) : merge_results(inputs);
   for (const std::string& warning : merged.warnings) fmt::print(stderr, "warning: {}\n", warning);
   write_file_atomically(flags.out, merged.document.dump(2) + "\n");
   fmt::print("{} rows from {} files -> {}\n", merged.rows, inputs.size(), flags.out);
@@ -44,6 +45,8 @@ void register_merge(CLI::App& app) {
       "different sweeps, a shard given twice, a row present twice, differing schema versions. Mixed devices,\n"
       "drivers or git revisions are warnings. Missing configurations are listed with the --array= indices to\n"
       "rerun; the file is written and the exit code is 1 then.\n"
+      "--rounds: the files are runs of the same rows one after another (two builds alternated, say); each\n"
+      "row's timings become their rounds, as run --rounds records them, so that compare judges them together.\n"
       "Example: flashbench merge results/shard-*.jsonl --out sweep.json");
   sub->add_option("files", flags->files, "flashbench results files (.json, .jsonl): a sweep's shards or whole runs")
       ->check(CLI::ExistingFile);
@@ -52,6 +55,8 @@ void register_merge(CLI::App& app) {
       ->check(CLI::ExistingFile)
       ->allow_extra_args(false);
   sub->add_option("--out,-o", flags->out, "The merged JSON document (written atomically)")->required();
+  sub->add_flag("--rounds", flags->rounds,
+                "The files are runs of the same rows: merge each row's timings as rounds of one run (no --peer)");
   set_action(sub, [flags](const std::vector<std::string>&) { return run_merge(*flags); });
 }
 

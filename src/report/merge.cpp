@@ -232,4 +232,75 @@ MergeResult merge_results(const std::vector<MergeInput>& inputs) {
   return result;
 }
 
+MergeResult merge_runs_as_rounds(const std::vector<MergeInput>& inputs) {
+  if (inputs.size() < 2) throw UsageError("--rounds merges two or more runs of the same rows");
+  std::vector<OwnInput> own;
+  for (const MergeInput& input : inputs) {
+    if (input.peer) throw UsageError(fmt::format("'{}' is a peer's file: --rounds merges flashbench's own runs", input.path));
+    if (input.file.schema_version != inputs.front().file.schema_version)
+      throw UsageError(fmt::format("schema_version differs: '{}' has {}, '{}' has {}; not merging", inputs.front().path,
+                                   inputs.front().file.schema_version.dump(), input.path,
+                                   input.file.schema_version.dump()));
+    own.push_back({&input, std::nullopt});
+  }
+  MergeResult result;
+  warn_on_mixed(own, result.warnings);
+
+  using Key = std::tuple<std::string, std::string, std::string>;
+  const auto key_of = [](const Row& row) { return Key{row.backend, row.implementation(), row.problem.describe()}; };
+  const auto name_of = [](const Key& key) {
+    return fmt::format("{} {} on {}", std::get<0>(key), std::get<1>(key), std::get<2>(key));
+  };
+  // Each run's rows by key, each key once.
+  std::vector<std::map<Key, const Row*>> runs(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    for (const Row& row : inputs[i].file.rows)
+      if (!runs[i].emplace(key_of(row), &row).second)
+        throw UsageError(fmt::format("'{}' holds {} twice; not merging", inputs[i].path, name_of(key_of(row))));
+  for (size_t i = 1; i < inputs.size(); ++i)
+    for (const auto& [key, row] : runs[i])
+      if (!runs.front().count(key))
+        throw UsageError(fmt::format("'{}' holds {}, which '{}' does not: rounds are runs of the same rows", inputs[i].path,
+                                     name_of(key), inputs.front().path));
+
+  ordered_json rows = ordered_json::array();
+  std::vector<Row> parsed;
+  for (const Row& first : inputs.front().file.rows) {
+    const Key key = key_of(first);
+    Row merged = first;
+    std::vector<TimingSummary> fwd, bwd;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const auto found = runs[i].find(key);
+      if (found == runs[i].end())
+        throw UsageError(fmt::format("'{}' has no {}: rounds are runs of the same rows", inputs[i].path, name_of(key)));
+      const Row& row = *found->second;
+      if ((row.status == Status::ok) != (first.status == Status::ok))
+        throw UsageError(fmt::format("{} ran in '{}' and not in '{}'; not merging", name_of(key),
+                                     (first.status == Status::ok ? inputs.front() : inputs[i]).path,
+                                     (first.status == Status::ok ? inputs[i] : inputs.front()).path));
+      fwd.push_back(row.fwd);
+      bwd.push_back(row.bwd);
+    }
+    if (first.status == Status::ok) {
+      merged.fwd = merge_rounds(fwd, first.fwd.noise_target);
+      merged.bwd = merge_rounds(bwd, first.bwd.noise_target);
+    }
+    rows.push_back(row_to_json(merged));
+    parsed.push_back(std::move(merged));
+  }
+  result.rows = parsed.size();
+
+  ordered_json meta = inputs.front().file.meta.is_object() ? inputs.front().file.meta : ordered_json::object();
+  meta.erase("inputs");
+  meta["inputs"] = ordered_json::array();
+  for (const MergeInput& input : inputs) meta["inputs"].push_back({{"file", input.path}, {"meta", input.file.meta}});
+  meta["rounds"] = inputs.size();
+  result.document["schema_version"] = inputs.front().file.schema_version;
+  result.document["meta"] = std::move(meta);
+  result.document["rows"] = std::move(rows);
+  const SweepSummary summary = summarize_sweep(parsed);
+  if (summary.has_scaling()) result.document["summary"] = summary.to_json();
+  return result;
+}
+
 }  // namespace flashbench
