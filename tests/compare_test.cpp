@@ -115,6 +115,27 @@ TEST(MergeRounds, KeepsEverySampleAndEachRoundsMedian) {
   EXPECT_DOUBLE_EQ(merged.median_ms, 10);
 }
 
+TEST(ComparePhase, TwoRoundsRaiseTheBarToTheirSpread) {
+  // Two runs a side (merge --rounds): too few for a test over their medians, so the samples decide,
+  // but the bar is the rounds' spread where it is wider than the threshold.
+  CompareOptions lenient;
+  lenient.alpha = 0.999;  // the bar alone decides
+  const TimingSummary a = rounds_around(10.0, 0.12, 2);  // round medians 8.8 and 10.01: a spread of 9 %
+  const TimingSummary b = rounds_around(10.6, 0.12, 2);
+  const PhaseComparison phase = compare_phase(a, b, lenient);
+  EXPECT_EQ(phase.basis, PhaseComparison::Basis::samples);
+  EXPECT_EQ(phase.rounds, 2u);
+  EXPECT_GT(phase.round_noise, 0.08);
+  EXPECT_GT(phase.ratio, 1.05);
+  EXPECT_EQ(phase.verdict, Verdict::same);
+  // The same medians from single runs: the bar is the threshold, and 6 % apart is SLOWER.
+  const PhaseComparison single =
+      compare_phase(summarize(a.samples_ms, 0.02), summarize(b.samples_ms, 0.02), lenient);
+  EXPECT_EQ(single.rounds, 1u);
+  EXPECT_EQ(single.round_noise, 0.0);
+  EXPECT_EQ(single.verdict, Verdict::slower);
+}
+
 TEST(ComparePhase, RoundsAreTheEvidenceWhenBothSidesHaveEnough) {
   // Each round's samples are tight (±1%), so a U test over all samples finds 3% apart "significant";
   // the rounds themselves spread ±8%, and over them 3% is noise.

@@ -54,7 +54,10 @@ struct PhaseComparison {
   double median_a_ms = 0, median_b_ms = 0;  // median of the round medians, or of the samples
   double ratio = 0;                  // median B / median A
   std::optional<double> p_value;     // none when either side has fewer than kMinTestSamples samples
-  double round_noise = 0;            // the larger stddev / mean of the two sides' round medians (rounds only)
+  // The larger stddev / mean of the two sides' round medians, where both have two or more (with
+  // fewer than kMinTestRounds the test runs over the samples, but the bar still rises to it).
+  double round_noise = 0;
+  size_t rounds = 1;                 // round medians of the side with fewer (1: a single run)
   double load_bound = 1;             // HostLoad::slowdown_bound on the side that came out slower
   Verdict verdict = Verdict::same;
 };

@@ -122,6 +122,7 @@ nlohmann::ordered_json phase_json(const PhaseComparison& phase) {
   j["ratio"] = phase.ratio;
   j["p_value"] = json_or_null(phase.p_value);
   j["round_noise"] = phase.round_noise;
+  j["rounds"] = phase.rounds;
   j["load_bound"] = phase.load_bound;
   j["verdict"] = std::string(to_string(phase.verdict));
   return j;
@@ -198,15 +199,23 @@ std::vector<std::string> notes(const Comparison& comparison) {
     else
       lines.push_back(fmt::format("load average (1 min): A {}; B {}", load_text(comparison.load_a), load_text(comparison.load_b)));
   }
-  size_t by_rounds = 0, by_samples = 0;
+  size_t by_rounds = 0, by_samples_of_rounds = 0, by_samples = 0;
   for (const RowComparison& pair : comparison.pairs)
-    if (pair.timed) (pair.fwd.basis == PhaseComparison::Basis::rounds ? by_rounds : by_samples) += 1;
+    if (pair.timed) {
+      if (pair.fwd.basis == PhaseComparison::Basis::rounds) ++by_rounds;
+      else if (pair.fwd.rounds >= 2) ++by_samples_of_rounds;
+      else ++by_samples;
+    }
   lines.push_back(fmt::format(
       "SLOWER/FASTER: medians differ by more than {:.0f}% (or the rounds' spread, if larger) and the Mann-Whitney U "
       "test gives p < {}; UNSURE: the load on the slower run's machine could explain it",
       100 * comparison.options.threshold, comparison.options.alpha));
   if (by_rounds > 0)
     lines.push_back(fmt::format("{} rows judged on the medians of their rounds (run --rounds)", by_rounds));
+  if (by_samples_of_rounds > 0)
+    lines.push_back(fmt::format("{} rows judged on the samples of 2 or 3 rounds, the bar their spread where larger "
+                                "(from {} rounds a side the test runs over the rounds' medians)",
+                                by_samples_of_rounds, kMinTestRounds));
   if (by_samples > 0)
     lines.push_back(fmt::format("{} rows judged on the samples of one round, blind to variation between runs "
                                 "(run --rounds 9 on both sides to see it)",
@@ -273,7 +282,12 @@ PhaseComparison compare_phase(const TimingSummary& a, const TimingSummary& b, co
     phase.median_b_ms = b.median_ms;
     if (a.samples_ms.size() >= kMinTestSamples && b.samples_ms.size() >= kMinTestSamples)
       phase.p_value = mann_whitney_u(a.samples_ms, b.samples_ms).p_value;
+    // Two or three rounds a side (runs merged with `merge --rounds`, say): too few for a test over
+    // their medians, but their spread is what drift between runs did, so the bar rises to it.
+    if (a.round_medians_ms.size() >= 2 && b.round_medians_ms.size() >= 2)
+      phase.round_noise = std::max(relative_spread(a.round_medians_ms), relative_spread(b.round_medians_ms));
   }
+  phase.rounds = std::max<size_t>(1, std::min(a.round_medians_ms.size(), b.round_medians_ms.size()));
   phase.ratio = phase.median_a_ms > 0 ? phase.median_b_ms / phase.median_a_ms : 0;
   const double bar = std::max(options.threshold, phase.round_noise);
   const bool moved = std::abs(phase.ratio - 1.0) > bar;
