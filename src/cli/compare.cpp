@@ -70,8 +70,9 @@ void register_compare(CLI::App& app) {
   sub->footer(
       "Rows are matched by backend, variant and problem. Each phase is SLOWER or FASTER when its median moved by\n"
       "more than --threshold (or the spread of its rounds' medians, if larger) and a two-sided Mann-Whitney U test\n"
-      "gives p < --alpha: over the rounds' medians where both runs have 4 or more (run --rounds R), else over the\n"
-      "samples of one round, which do not see variation between runs. UNSURE: such a change that the load other\n"
+      "gives p < --alpha: over the rounds' medians where both runs have 4 or more (run --rounds R, or runs merged\n"
+      "by merge --rounds), else over the samples (of one round they do not see variation between runs; with 2 or\n"
+      "3 rounds their spread still sets the bar). UNSURE: such a change that the load other\n"
       "processes put on the slower run's machine (meta.environment) could explain. Runs whose host, device,\n"
       "threads, dtype or build (type, compiler, flags) differ are refused unless --allow-mismatch.\n"
       "Exit: 0, 3 with --fail-on-regression and a row SLOWER, 1 a failure, 2 a usage error or a refused mismatch.\n"
