@@ -15,8 +15,9 @@
 # variant, and the determinism tests), SKIP_TESTS=1 (time without testing).
 #
 # Writes OUTPUT_DIR/tests.txt, {baseline,candidate}-rK.json and .log, compare-rK.md,
-# {baseline,candidate}.json (the rounds merged) and compare.md, and prints each comparison. Exit: 0; 1 a run or a comparison failed; 2 a usage error; 4 the candidate failed its
-# tests, or none of them ran (nothing timed).
+# {baseline,candidate}.json (the rounds merged) and compare.md, and prints each comparison. Exit: 0;
+# 1 a run or a comparison failed; 2 a usage error; 4 the candidate failed its tests, or none of them
+# ran (nothing timed).
 set -euo pipefail
 usage="usage: scripts/gpu-ab.sh OUTPUT_DIR BASELINE_BUILD CANDIDATE_BUILD [flashbench run arguments...]"
 if [ $# -lt 3 ]; then

@@ -47,13 +47,23 @@ void check_shards(const std::vector<OwnInput>& own, const OwnInput& first_shard)
   }
 }
 
+// What names a row across files: backend, implementation, configuration.
+using RowKey = std::tuple<std::string, std::string, std::string>;
+RowKey row_key(const Row& row) { return {row.backend, row.implementation(), row.problem.describe()}; }
+
+// Inputs of one schema version: `input` has the version of `first`.
+void require_schema_of(const MergeInput& first, const MergeInput& input) {
+  if (input.file.schema_version != first.file.schema_version)
+    throw UsageError(fmt::format("schema_version differs: '{}' has {}, '{}' has {}; not merging", first.path,
+                                 first.file.schema_version.dump(), input.path, input.file.schema_version.dump()));
+}
+
 // Each row (backend, implementation, configuration) once over all own inputs.
 void check_no_row_twice(const std::vector<OwnInput>& own) {
-  std::map<std::tuple<std::string, std::string, std::string>, std::string> holder;
+  std::map<RowKey, std::string> holder;
   for (const OwnInput& o : own)
     for (const Row& row : o.input->file.rows) {
-      const auto [held, fresh] =
-          holder.emplace(std::make_tuple(row.backend, row.implementation(), row.problem.describe()), o.input->path);
+      const auto [held, fresh] = holder.emplace(row_key(row), o.input->path);
       if (!fresh)
         throw UsageError(fmt::format("'{}' and '{}' both hold {} {} on {}; not merging", held->second, o.input->path,
                                      row.backend, row.implementation(), row.problem.describe()));
@@ -122,10 +132,7 @@ MergeResult merge_results(const std::vector<MergeInput>& inputs) {
     if (file.schema_version.is_null() && file.rows.empty() && file.meta.is_null()) continue;  // wrote nothing
     if (file.schema_version.is_null())
       throw UsageError(fmt::format("'{}' names no schema_version: cannot tell whether it merges", input.path));
-    if (!present.empty() && file.schema_version != present.front()->file.schema_version)
-      throw UsageError(fmt::format("schema_version differs: '{}' has {}, '{}' has {}; not merging",
-                                   present.front()->path, present.front()->file.schema_version.dump(), input.path,
-                                   file.schema_version.dump()));
+    if (!present.empty()) require_schema_of(*present.front(), input);
     present.push_back(&input);
   }
   if (present.empty()) throw UsageError("nothing to merge: no input holds a results document");
@@ -237,26 +244,21 @@ MergeResult merge_runs_as_rounds(const std::vector<MergeInput>& inputs) {
   std::vector<OwnInput> own;
   for (const MergeInput& input : inputs) {
     if (input.peer) throw UsageError(fmt::format("'{}' is a peer's file: --rounds merges flashbench's own runs", input.path));
-    if (input.file.schema_version != inputs.front().file.schema_version)
-      throw UsageError(fmt::format("schema_version differs: '{}' has {}, '{}' has {}; not merging", inputs.front().path,
-                                   inputs.front().file.schema_version.dump(), input.path,
-                                   input.file.schema_version.dump()));
+    require_schema_of(inputs.front(), input);
     own.push_back({&input, std::nullopt});
   }
   MergeResult result;
   warn_on_mixed(own, result.warnings);
 
-  using Key = std::tuple<std::string, std::string, std::string>;
-  const auto key_of = [](const Row& row) { return Key{row.backend, row.implementation(), row.problem.describe()}; };
-  const auto name_of = [](const Key& key) {
+  const auto name_of = [](const RowKey& key) {
     return fmt::format("{} {} on {}", std::get<0>(key), std::get<1>(key), std::get<2>(key));
   };
   // Each run's rows by key, each key once.
-  std::vector<std::map<Key, const Row*>> runs(inputs.size());
+  std::vector<std::map<RowKey, const Row*>> runs(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i)
     for (const Row& row : inputs[i].file.rows)
-      if (!runs[i].emplace(key_of(row), &row).second)
-        throw UsageError(fmt::format("'{}' holds {} twice; not merging", inputs[i].path, name_of(key_of(row))));
+      if (!runs[i].emplace(row_key(row), &row).second)
+        throw UsageError(fmt::format("'{}' holds {} twice; not merging", inputs[i].path, name_of(row_key(row))));
   for (size_t i = 1; i < inputs.size(); ++i)
     for (const auto& [key, row] : runs[i])
       if (!runs.front().count(key))
@@ -266,7 +268,7 @@ MergeResult merge_runs_as_rounds(const std::vector<MergeInput>& inputs) {
   ordered_json rows = ordered_json::array();
   std::vector<Row> parsed;
   for (const Row& first : inputs.front().file.rows) {
-    const Key key = key_of(first);
+    const RowKey key = row_key(first);
     Row merged = first;
     std::vector<TimingSummary> fwd, bwd;
     for (size_t i = 0; i < inputs.size(); ++i) {
