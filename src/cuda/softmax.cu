@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kRowThreads) softmax_rows_kernel(const T* scor
   const float inverse_sum = stats.sum > 0.0f ? 1.0f / stats.sum : 0.0f;  // a row that sees nothing is 0
   for (int64_t j = int64_t(threadIdx.x) * kWidth; j < seq; j += kRowThreads * kWidth) {
     Chunk<T, kWidth> chunk;
-    chunk.load(s + j);
+    if (j < length) chunk.load(s + j);  // a chunk past the visible columns is all zeros: nothing to read
 #pragma unroll
     for (int e = 0; e < kWidth; ++e)
       chunk.value[e] = j + e < length ? __expf(chunk.value[e] - stats.max) * inverse_sum : 0.0f;
@@ -126,11 +126,18 @@ __global__ void __launch_bounds__(kRowThreads) softmax_rows_kernel(const T* scor
   }
 }
 
+// Threads of a block whose rows take kThreadsPerRow threads each: warps' rows share blocks of
+// kRowThreads; a longer row is a block of its own.
+template <int kThreadsPerRow>
+__host__ __device__ constexpr int block_threads() {
+  return kThreadsPerRow < kRowThreads ? kRowThreads : kThreadsPerRow;
+}
+
 // The maximum (kMax) or the sum of `value` over the kThreads threads of a row: a warp's by shuffles;
-// a block's (kThreads = kRowThreads) through shared memory as well. Every thread of the row gets it.
-// Each instance has its own shared array, written once a launch: a kernel may call the two instances
-// one after the other, but not one of them twice (a second call would overwrite it while a slower
-// warp still reads the first call's values).
+// a block's (kThreads = the whole block, up to 1024) through shared memory as well. Every thread of
+// the row gets it. Each instance has its own shared array, written once a launch: a kernel may call
+// the two instances one after the other, but not one of them twice (a second call would overwrite it
+// while a slower warp still reads the first call's values).
 template <int kThreads, bool kMax>
 __device__ __forceinline__ float row_reduce(float value) {
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -140,27 +147,26 @@ __device__ __forceinline__ float row_reduce(float value) {
   if constexpr (kThreads == 32) {
     return value;
   } else {
-    static_assert(kThreads == kRowThreads, "a warp or the whole block a row");
-    __shared__ float partial[kRowThreads / 32];
+    static_assert(kThreads % 32 == 0 && kThreads <= 1024, "a warp or a whole block a row");
+    __shared__ float partial[kThreads / 32];
     if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = value;
     __syncthreads();
     float total = partial[0];
-    for (int w = 1; w < kRowThreads / 32; ++w) total = kMax ? fmaxf(total, partial[w]) : total + partial[w];
+    for (int w = 1; w < kThreads / 32; ++w) total = kMax ? fmaxf(total, partial[w]) : total + partial[w];
     return total;
   }
 }
 
 // softmax_rows_kernel for rows of at most kThreadsPerRow · kChunks · kWidth elements (kWidth > 1),
 // held in registers from the read to the write: kThreadsPerRow = 32 (kRowThreads / 32 rows a block)
-// or kRowThreads (a row a block). Thread `lane` of a row holds its chunks lane, lane + kThreadsPerRow,
+// or a block of kRowThreads or more a row. Thread `lane` of a row holds its chunks lane, lane + kThreadsPerRow,
 // ... (consecutive lanes, consecutive 16 bytes). probs may alias scores: a row is read whole before
 // any of it is written, by the threads that write it.
 template <class T, int kWidth, int kThreadsPerRow, int kChunks>
-__global__ void __launch_bounds__(kRowThreads) softmax_rows_in_registers_kernel(const T* scores, T* probs,
-                                                                                float* row_max, float* row_sum,
-                                                                                RowExtent extent, int64_t rows) {
+__global__ void __launch_bounds__(block_threads<kThreadsPerRow>()) softmax_rows_in_registers_kernel(
+    const T* scores, T* probs, float* row_max, float* row_sum, RowExtent extent, int64_t rows) {
   static_assert(kWidth > 1, "whole 16-byte chunks");
-  constexpr int kRowsPerBlock = kRowThreads / kThreadsPerRow;
+  constexpr int kRowsPerBlock = block_threads<kThreadsPerRow>() / kThreadsPerRow;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
   if (kThreadsPerRow == 32 && row >= rows) return;  // a warp's own row: no barrier to miss
   const int lane = threadIdx.x % kThreadsPerRow;
@@ -219,7 +225,7 @@ __global__ void __launch_bounds__(kRowThreads) probs_from_scores_kernel(const T*
   T* p = probs + row * seq;
   for (int64_t j = int64_t(threadIdx.x) * kWidth; j < seq; j += kRowThreads * kWidth) {
     Chunk<T, kWidth> chunk;
-    chunk.load(s + j);
+    if (j < length) chunk.load(s + j);  // a chunk past the visible columns is all zeros: nothing to read
 #pragma unroll
     for (int e = 0; e < kWidth; ++e)
       chunk.value[e] = j + e < length ? __expf(chunk.value[e] - max) * inverse_sum : 0.0f;
@@ -323,9 +329,10 @@ struct SoftmaxRows {
   template <int kThreadsPerRow, int kChunks>
   static void in_registers(const LayerShape& shape, const void* scores, void* probs, float* row_max,
                            float* row_sum, cudaStream_t stream) {
-    const int64_t rows = row_count(shape), rows_per_block = kRowThreads / kThreadsPerRow;
+    constexpr int kBlockThreads = block_threads<kThreadsPerRow>();
+    const int64_t rows = row_count(shape), rows_per_block = kBlockThreads / kThreadsPerRow;
     softmax_rows_in_registers_kernel<T, kWidth, kThreadsPerRow, kChunks>
-        <<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kRowThreads, 0, stream>>>(
+        <<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kBlockThreads, 0, stream>>>(
             static_cast<const T*>(scores), static_cast<T*>(probs), row_max, row_sum, extent_of(shape), rows);
   }
   // The fewest chunks a thread (of kThreadsPerRow a row) holding the row takes, as a power of two.
@@ -345,6 +352,10 @@ struct SoftmaxRows {
         return by_chunks<32>(shape, scores, probs, row_max, row_sum, stream);
       if (shape.seq_k <= int64_t(kRowThreads) * kMaxChunks * kWidth)
         return by_chunks<kRowThreads>(shape, scores, probs, row_max, row_sum, stream);
+      // Up to 32K (16-bit) in a 1024-thread block, four chunks a thread: the 64 registers a thread
+      // that such a block leaves hold 32 floats of the row.
+      if (shape.seq_k <= int64_t(1024) * 4 * kWidth)
+        return in_registers<1024, 4>(shape, scores, probs, row_max, row_sum, stream);
     }
     softmax_rows_kernel<T, kWidth><<<row_count(shape), kRowThreads, 0, stream>>>(
         static_cast<const T*>(scores), static_cast<T*>(probs), row_max, row_sum, extent_of(shape));
