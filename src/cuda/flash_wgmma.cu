@@ -1383,14 +1383,14 @@ void wide_backward_typed(const LayerShape& shape, const void* Q, const void* K, 
 // the backward is wide_backward_kernel's.
 template <class T, int D, int kDim, bool kDropout>
 struct Kernels {
-  // Blocks of three warpgroups where they fit, but for causal rows shorter than kThreeFrom, where a
-  // head's 5⅓ blocks of 192 queries (N = 1K) split the triangle less evenly than 8 of 128. Measured
-  // beside each other (round w9, d = 64, B·N = 16K, H = 16, bf16): at N = 1K two warpgroups took
-  // 0.86x the time causal and 1.06x without a mask.
-  static constexpr int64_t kThreeFrom = 2048;
   static void forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                       cudaStream_t stream) {
     if constexpr (kMostForwardWarpgroups<D, kDropout> == 3) {
+      // Blocks of three warpgroups where they fit, but for causal rows shorter than kThreeFrom, where
+      // a head's 5⅓ blocks of 192 queries (N = 1K) split the triangle less evenly than 8 of 128.
+      // Measured beside each other (round w9, d = 64, B·N = 16K, H = 16, bf16): at N = 1K two
+      // warpgroups took 0.86x the time causal and 1.06x without a mask.
+      constexpr int64_t kThreeFrom = 2048;
       if (!shape.causal || shape.seq >= kThreeFrom)
         return forward_typed<T, D, kDim, kDropout, 3>(shape, Q, K, V, O, lse, stream);
     }
