@@ -43,6 +43,12 @@ using namespace hopper;
 
 constexpr int kWarpgroupThreads = 128;
 
+// The k-steps (16 columns each) of a product over the head dim that hold data: a head dim kDim < D
+// arrives zero-padded to the tile's D columns (d = 96 in 128), and the steps past kDim would add
+// only zeros (at d = 96 a quarter of Sᵀ's and dPᵀ's tensor work and shared-memory reads).
+template <int kDim>
+constexpr int kDepthSteps = (kDim + 15) / 16;
+
 // Accumulator columns 16kk..16kk+15 (registers 8kk..8kk+7) as the A fragment of k-step kk.
 template <class T, int kCount>
 __device__ __forceinline__ void as_a_fragment(uint32_t (&a)[4], const float (&d)[kCount], int kk) {
@@ -237,7 +243,7 @@ struct Extents {
 // grid (ceil(N/Plan::kQueries), BH), Plan::kThreads threads; Q, O: [BH, N, kDim]; K, V: [BG, N_k, kDim]
 // (q_map, k_map, v_map: their tensor maps, boxes of Plan::kQueries and Plan::kKeys rows); lse: [BH, N] (natural log, +∞ for
 // a row that sees no key). The tiles are D wide: a head dim kDim < D arrives zero-padded (d = 96 in 128), which
-// changes no product. kDropout: O = P̃·V with the mask of `dropout`.
+// changes no product (S's k-steps stop at kDim). kDropout: O = P̃·V with the mask of `dropout`.
 //
 // The warpgroups share K/V tiles but nothing else, so no block barrier orders them: tile j
 // arrives on mbarrier full[j % kStages] (issued by one thread, the copy engine moves it), and the
@@ -315,13 +321,13 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
     if constexpr (kDropout) warpgroup_barrier(warpgroup);
     const uint32_t sKj = sK + kv_ring.stage * KVTile::kBytes, sVj = sV + kv_ring.stage * KVTile::kBytes;
 
-    // S = Q·Kᵀ [64 rows × kKeys keys]
+    // S = Q·Kᵀ [64 rows × kKeys keys], over the k-steps of the head dim that hold data
     const uint64_t q_desc = opaque(k_major_base<QTile>(sQ, warpgroup * 64));
     const uint64_t k_desc = k_major_base<KVTile>(sKj, 0), v_desc = mn_major_base<KVTile>(sVj, 0);
     float s[Plan::kKeys / 2];
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
+    for (int kk = 0; kk < kDepthSteps<kDim>; ++kk)
       Wgmma<T, Plan::kKeys>::template ss<0, 0>(s, advance(q_desc, k_major_step<QTile>(kk)),
                                                 advance(k_desc, k_major_step<KVTile>(kk)), kk > 0);
     wgmma_commit();
@@ -736,12 +742,12 @@ __global__ void __launch_bounds__(256, 1)
     float st[Plan::kQueries / 2], dpt[Plan::kQueries / 2];
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
+    for (int kk = 0; kk < kDepthSteps<kDim>; ++kk)
       Wgmma<T, Plan::kQueries>::template ss<0, 0>(st, advance(k_desc, k_major_step<KVTile>(kk)),
                                                   advance(q_desc, k_major_step<QTile>(kk)), kk > 0);
     wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
+    for (int kk = 0; kk < kDepthSteps<kDim>; ++kk)
       Wgmma<T, Plan::kQueries>::template ss<0, 0>(dpt, advance(v_desc, k_major_step<KVTile>(kk)),
                                                   advance(do_desc, k_major_step<QTile>(kk)), kk > 0);
     wgmma_commit();
