@@ -565,18 +565,24 @@ struct BackwardPlan {
   using QTile = SwizzledTile<kQueries, D>;
   using DsTile = SwizzledTile<kKeys, kQueries>;  // dSᵀ [keys][queries]
   // dQ of one query tile in fp32, swizzled as the copy engine reads it for its reduction into the
-  // accumulator (boxes of [kQueries rows][32 columns]).
+  // accumulator (boxes of [64 rows][32 columns]).
   using DqTile = SwizzledFloatTile<kQueries, D>;
-  // D = 128: the warpgroups split dQ's columns, one [64][D] tile; D = 64: they split the keys,
-  // each writing and reducing its own partial tile.
-  static constexpr int kDqParts = D == 64 ? 2 : 1;
+  static constexpr int kDqBoxRows = 64;
+  // How the warpgroups share dQ = dS·K of a tile, each product over 64 queries:
+  //   D = 128: each takes 64 of its columns over all 128 keys (one [64][D] tile);
+  //   128-query tiles (d = 64 without dropout): each takes a 64-query half, every column, over all
+  //     128 keys (one [128][D] tile, reduced a half by each warpgroup);
+  //   else (d = 64 with dropout): each takes every column over its own 64 keys, a partial tile of
+  //     its own, so the L2 adds two partials of each dQ element.
+  // The first two need all of dSᵀ before the products (a block barrier a tile). At d = 64 the
+  // partials' reductions made the L2 the busiest unit (ncu, round w9: 74 % of its crossbar).
+  static constexpr bool kDqByQueryHalves = kQueries == 128;
+  static constexpr int kDqParts = D == 64 && !kDqByQueryHalves ? 2 : 1;
   static constexpr int kKBytes = KVTile::kBytes;
   static constexpr int kQBytes = QTile::kBytes;
   static constexpr int kDqBytes = kDqParts * DqTile::kBytes;
-  // dSᵀ twice (at D = 128 a warpgroup may write the next tile's while the other still reads this
-  // one's); once for the 128-query tiles, where each warpgroup reads only its own keys' rows (the
-  // d = 64 instance with dropout keeps the two buffers it was measured with).
-  static constexpr int kDsBuffers = kQueries == 128 ? 1 : 2;
+  // dSᵀ twice: a warpgroup may write the next tile's while the other still reads this one's.
+  static constexpr int kDsBuffers = 2;
   // mbarriers (K and V; one per stage), the per-stage counts of warps done with it.
   static constexpr int kBarrierBytes = 8 * (1 + kStages) + 4 * kStages;
   // K, V; a Q and a dO tile per stage; dSᵀ; dQ; LSE and D [kQueries] fp32 per stage; the barriers;
@@ -824,11 +830,9 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_commit();
 
     // dSᵀ into shared memory for dQ while those run: register pair (c, h) of the fragments is
-    // (key_local[h], queries 8c + 2t, +1); fragment kk = c/2 holds it in a[2·(c%2) + h]. With two
-    // buffers, buffer `buffer` was last read by the dQ products of tile it − 2, which both
-    // warpgroups finished before they passed tile it − 1's barrier; with one (128-query tiles, each
-    // warpgroup reading only its own keys' rows), by this warpgroup's dQ products of tile it − 1,
-    // finished (wgmma_wait) before its barrier at the end of that tile.
+    // (key_local[h], queries 8c + 2t, +1); fragment kk = c/2 holds it in a[2·(c%2) + h]. Buffer
+    // `buffer` was last read by the dQ products of tile it − 2, which both warpgroups finished before
+    // they passed tile it − 1's barrier.
     const uint32_t sdSi = sdS + (buffer % Plan::kDsBuffers) * DsTile::kBytes;
     if constexpr (Plan::kQueries == 64) {
       unsigned char* ds_tile = generic_at(shared_raw, sdSi);
@@ -853,34 +857,32 @@ __global__ void __launch_bounds__(256, 1)
     }
     fence_proxy_async();
     if (reducer) bulk_wait_read();  // this warpgroup's last dQ reduction has read its part of the tile
-    // D = 128: all of dSᵀ is written (each warpgroup's dQ columns sum over both halves of the keys);
-    // D = 64: this warpgroup's half is, and its part of the dQ tile is free.
-    if constexpr (D == 128)
+    // One dQ tile: all of dSᵀ is written (each warpgroup's products sum over both halves of the
+    // keys); partial tiles: this warpgroup's half is, and its part of the dQ tile is free.
+    if constexpr (Plan::kDqParts == 1)
       __syncthreads();
     else
       warpgroup_barrier(warpgroup);
 
-    // dQ = dS·K: A = dSᵀ [keys][queries] read M-major, B = K [keys][D] read N-major, one product per
-    // 64 queries (the query half qh reads dSᵀ's panel qh). D = 128: warpgroup w takes columns
-    // 64w..64w+63 over all 128 keys; D = 64: all columns over its own 64 keys (k-steps 4w..4w+3).
-    constexpr int kDqSteps = D == 128 ? Plan::kKeys / 16 : 4;
-    constexpr int kQueryHalves = Plan::kQueries / 64;
-    const int first_step = D == 128 ? 0 : 4 * warpgroup;
-    const uint64_t ds_desc = advance(opaque(mn_major_base<DsTile>(sdSi, 0)), mn_major_step<DsTile>(first_step));
+    // dQ = dS·K for 64 queries (query_row0.. of the tile: dSᵀ's panel query_row0/64): A = dSᵀ
+    // [keys][queries] read M-major, B = K [keys][D] read N-major, the split of kDqParts above:
+    // over all 128 keys, or over this warpgroup's own 64 (k-steps 4w..4w+3).
+    constexpr int kDqSteps = Plan::kDqParts == 1 ? Plan::kKeys / 16 : 4;
+    const int first_step = Plan::kDqParts == 1 ? 0 : 4 * warpgroup;
+    const int query_row0 = Plan::kDqByQueryHalves ? 64 * warpgroup : 0;
+    const uint64_t ds_desc = advance(opaque(mn_major_base<DsTile>(sdSi, 0)),
+                                     (query_row0 / 64) * DsTile::kPanelBytes + mn_major_step<DsTile>(first_step));
     const uint64_t k_t_desc =
         advance(opaque(mn_major_base<KVTile>(sK, D == 128 ? warpgroup * 64 : 0)), mn_major_step<KVTile>(first_step));
-    float dq[kQueryHalves][32];
+    float dq[32];
     wgmma_fence();
 #pragma unroll
-    for (int qh = 0; qh < kQueryHalves; ++qh)
-#pragma unroll
-      for (int kk = 0; kk < kDqSteps; ++kk)
-        Wgmma<T, 64>::template ss<1, 1>(dq[qh], advance(ds_desc, qh * DsTile::kPanelBytes + mn_major_step<DsTile>(kk)),
-                                        advance(k_t_desc, mn_major_step<KVTile>(kk)), kk > 0);
+    for (int kk = 0; kk < kDqSteps; ++kk)
+      Wgmma<T, 64>::template ss<1, 1>(dq, advance(ds_desc, mn_major_step<DsTile>(kk)),
+                                      advance(k_t_desc, mn_major_step<KVTile>(kk)), kk > 0);
     wgmma_commit();
     wgmma_wait<0>();
-#pragma unroll
-    for (int qh = 0; qh < kQueryHalves; ++qh) pin(dq[qh]);
+    pin(dq);
     pin(dk);
     pin(dv);
 
@@ -892,40 +894,37 @@ __global__ void __launch_bounds__(256, 1)
       if (__shfl_sync(0xffffffffu, last, 0) && it + Plan::kStages < query_tiles) fetch_query_tile(refill, stage);
     }
 
-    // Each warpgroup writes its part of dQ (D = 128: its 64 columns; D = 64: its own partial tile)
+    // Each warpgroup writes its part of dQ (its 64 columns, its 64 queries, or its own partial tile)
     // and one of its threads hands it to the copy engine, which adds it into the accumulator a
-    // [kQueries rows][32 columns] box at a time (rows past N and columns past kDim are dropped): no
+    // [64 rows][32 columns] box at a time (rows past N and columns past kDim are dropped): no
     // block-wide barrier needed.
-    const int part = Plan::kDqParts == 2 ? warpgroup : 0, column0 = Plan::kDqParts == 2 ? 0 : warpgroup * 64;
+    const int part = Plan::kDqParts == 2 ? warpgroup : 0, column0 = D == 128 ? warpgroup * 64 : 0;
     const uint32_t dq_part = sDq + part * DqTile::kBytes;
-    if constexpr (!kDropout && kQueryHalves == 1) {
+    if constexpr (!kDropout) {
       unsigned char* dq_tile = generic_at(shared_raw, dq_part);
 #pragma unroll
       for (int c = 0; c < 8; ++c)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          *reinterpret_cast<float2*>(dq_tile + DqTile::offset(warp * 16 + g + 8 * h, column0 + 8 * c + 2 * t)) =
-              make_float2(scale * dq[0][4 * c + 2 * h], scale * dq[0][4 * c + 2 * h + 1]);
+          *reinterpret_cast<float2*>(dq_tile + DqTile::offset(query_row0 + warp * 16 + g + 8 * h, column0 + 8 * c + 2 * t)) =
+              make_float2(scale * dq[4 * c + 2 * h], scale * dq[4 * c + 2 * h + 1]);
     } else {
-      // The same addresses, formed in the loop where registers are short (dropout's Philox draws;
-      // 128-query tiles): DqTile::offset of (row 64qh + 16·warp + g + 8h, column column0 + 8c + 2t)
-      // is row_base + 8192qh + 1024h + panel (column0 + 8c)/32 + 16-byte chunk (2(c % 4) + t/2) ^ g,
-      // that is 2(c % 4) ^ chunk. Both lane parts are hidden from loop-invariant motion, so the
-      // addresses are formed here instead of being held across the loop (108 bytes of spill with
-      // dropout otherwise). Without either, the form above measured 2-3 % faster.
+      // The same addresses, formed in the loop where registers are short (dropout's Philox draws):
+      // DqTile::offset of (row 16·warp + g + 8h, column column0 + 8c + 2t) is row_base + 1024h +
+      // panel (column0 + 8c)/32 + 16-byte chunk (2(c % 4) + t/2) ^ g, that is 2(c % 4) ^ chunk. Both
+      // lane parts are hidden from loop-invariant motion, so the addresses are formed here instead of
+      // being held across the loop (108 bytes of spill otherwise). Without dropout, the form above
+      // measured 2-3 % faster.
       unsigned char* row_base =
           generic_at(shared_raw, opaque(uint32_t(dq_part + (warp * 16 + g) * 128 + (t & 1) * 8)));
       const uint32_t chunk = opaque(uint32_t((t >> 1) ^ g));
 #pragma unroll
-      for (int qh = 0; qh < kQueryHalves; ++qh)
+      for (int c = 0; c < 8; ++c)
 #pragma unroll
-        for (int c = 0; c < 8; ++c)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            *reinterpret_cast<float2*>(row_base + 64 * 128 * qh + 1024 * h +
-                                       ((column0 + 8 * c) / 32) * DqTile::kPanelBytes +
-                                       ((chunk ^ uint32_t(2 * (c % 4))) << 4)) =
-                make_float2(scale * dq[qh][4 * c + 2 * h], scale * dq[qh][4 * c + 2 * h + 1]);
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<float2*>(row_base + 1024 * h + ((column0 + 8 * c) / 32) * DqTile::kPanelBytes +
+                                     ((chunk ^ uint32_t(2 * (c % 4))) << 4)) =
+              make_float2(scale * dq[4 * c + 2 * h], scale * dq[4 * c + 2 * h + 1]);
     }
     fence_proxy_async();
     warpgroup_barrier(warpgroup);
@@ -934,7 +933,8 @@ __global__ void __launch_bounds__(256, 1)
       for (int box = 0; box < 2; ++box) {
         const int column = column0 + 32 * box;
         if (column < kDim)
-          tma_reduce_add_3d(dq_map, dq_part + (column / 32) * DqTile::kPanelBytes, column, int(q0), int(tile.head));
+          tma_reduce_add_3d(dq_map, dq_part + (column / 32) * DqTile::kPanelBytes + query_row0 * 128, column,
+                            int(q0) + query_row0, int(tile.head));
       }
       bulk_commit();
     }
@@ -1361,7 +1361,7 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
   backward_kernel<T, D, kDim, kDropout><<<backward_grid(shape, Plan::kKeys), Plan::kThreads, kSharedBytes, stream>>>(
       operand_map<T>(Q, kDim, shape.seq, heads, Plan::kQueries), operand_map<T>(K, kDim, shape.seq_k, kv_heads, Plan::kKeys),
       operand_map<T>(V, kDim, shape.seq_k, kv_heads, Plan::kKeys), operand_map<T>(dO, kDim, shape.seq, heads, Plan::kQueries),
-      swizzled_tile_map(dq_accumulator, Dtype::fp32, kDim, shape.seq, heads, Plan::kQueries), lse, row_dot,
+      swizzled_tile_map(dq_accumulator, Dtype::fp32, kDim, shape.seq, heads, Plan::kDqBoxRows), lse, row_dot,
       dkv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
   check_launch("backward_kernel (wgmma)");
 }
