@@ -312,10 +312,15 @@ INSTANTIATE_TEST_SUITE_P(
         WorkloadCase{"mqa_nk_more_causal_fp16_d128_expand", 4, 1, 150, 333, 128, true, true, 0.0, Dtype::fp16},
         WorkloadCase{"mha_cross_causal_bf16_d128", 2, 2, 257, 129, 128, true, false, 0.0, Dtype::bf16},
         // B·H·N = 262 rows: the softmax's last block of warps (8 rows each) has warps past the last row.
-        // Rows of 20,000 keys: the softmax's 1024-thread rows (16-bit rows past 16K, up to 32K).
+        WorkloadCase{"one_head_odd_rows_nk_more_causal_bf16_d64", 1, 1, 131, 200, 64, true, false, 0.0, Dtype::bf16},
+        // Rows of 20,000 keys (16-bit) and 9,000 (fp32): the softmax's 1024-thread rows (16-bit rows
+        // past 16K up to 32K, fp32 past 8K up to 16K).
         WorkloadCase{"long_keys_causal_bf16_d64", 2, 2, 16, 20000, 64, true, false, 0.0, Dtype::bf16},
         WorkloadCase{"long_keys_fp16_d64", 2, 2, 16, 20000, 64, false, false, 0.0, Dtype::fp16},
-        WorkloadCase{"one_head_odd_rows_nk_more_causal_bf16_d64", 1, 1, 131, 200, 64, true, false, 0.0, Dtype::bf16},
+        WorkloadCase{"long_keys_fp32_d64", 1, 1, 16, 9000, 64, false, false, 0.0, Dtype::fp32},
+        // The d = 64 forward's three-warpgroup blocks (causal from N = 2048 on) with GQA and a
+        // bottom-right mask shifted by N_k − N.
+        WorkloadCase{"gqa_nk_more_causal_bf16_d64_long", 4, 2, 2053, 2200, 64, true, false, 0.0, Dtype::bf16},
         WorkloadCase{"dropout_self_causal_bf16_d64", 3, 3, 257, 257, 64, true, false, 0.1, Dtype::bf16},
         WorkloadCase{"dropout_self_fp16_d128", 2, 2, 200, 200, 128, false, false, 0.3, Dtype::fp16},
         WorkloadCase{"dropout_gqa_nk_more_causal_fp16_d128", 4, 2, 130, 190, 128, true, false, 0.2, Dtype::fp16},

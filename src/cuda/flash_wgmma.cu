@@ -48,6 +48,7 @@ constexpr int kWarpgroupThreads = 128;
 // only zeros (at d = 96 a quarter of Sᵀ's and dPᵀ's tensor work and shared-memory reads).
 template <int kDim>
 constexpr int kDepthSteps = (kDim + 15) / 16;
+static_assert(kDepthSteps<96> * 16 == 96 && kDepthSteps<64> * 16 == 64, "head dims of whole k-steps");
 
 // Accumulator columns 16kk..16kk+15 (registers 8kk..8kk+7) as the A fragment of k-step kk.
 template <class T, int kCount>
@@ -578,6 +579,9 @@ struct BackwardPlan {
   // partials' reductions made the L2 the busiest unit (ncu, round w9: 74 % of its crossbar).
   static constexpr bool kDqByQueryHalves = kQueries == 128;
   static constexpr int kDqParts = D == 64 && !kDqByQueryHalves ? 2 : 1;
+  // The kernel's dQ paths by query halves (query_row0, column0 = 0, the staged tile written without
+  // the dropout instances' hand-formed addresses) hold for this instance only.
+  static_assert(!kDqByQueryHalves || (D == 64 && !kDropout), "query halves: d = 64 without dropout");
   static constexpr int kKBytes = KVTile::kBytes;
   static constexpr int kQBytes = QTile::kBytes;
   static constexpr int kDqBytes = kDqParts * DqTile::kBytes;
@@ -600,7 +604,7 @@ struct BackwardPlan {
 // grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
 // heads that read its K/V head, so dK and dV sum over the group in registers. q_map, do_map: the
 // tensor maps of Q, dO [BH, N, kDim] (boxes of kQueries rows); k_map, v_map of K, V [BG, N_k, kDim]
-// (128). Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of kQueries rows) and
+// (128). Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of 64 rows) and
 // dK + dV into dkv_accumulator [BG, N_k, kDim] (fp32, both zeroed by the caller; one buffer for
 // self-attention); lse (natural log) and row_dot [BH, N]. Tiles D wide, the head dim kDim ≤ D
 // zero-padded as in the forward kernel. kDropout: the mask of `dropout` redrawn per tile, P̃ for dV
@@ -608,8 +612,9 @@ struct BackwardPlan {
 //
 // Query tile `it` arrives on mbarrier full[it % kStages]: Q and dO by the copy engine, LSE and D
 // by cp.async of the warp that issued it; the last of the block's 8 warps to finish with a stage
-// refills it. The warpgroups meet once per tile at D = 128, where each one's dQ columns need both
-// halves of dSᵀ, and never at D = 64, where each reduces dQ over its own keys.
+// refills it. The warpgroups meet once per tile where each one's dQ products need both halves of
+// dSᵀ (its columns at D = 128, its query half at d = 64 without dropout), and never at d = 64 with
+// dropout, where each reduces a partial dQ over its own keys.
 template <class T, int D, int kDim, bool kDropout>
 __global__ void __launch_bounds__(256, 1)
     backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -831,8 +836,10 @@ __global__ void __launch_bounds__(256, 1)
 
     // dSᵀ into shared memory for dQ while those run: register pair (c, h) of the fragments is
     // (key_local[h], queries 8c + 2t, +1); fragment kk = c/2 holds it in a[2·(c%2) + h]. Buffer
-    // `buffer` was last read by the dQ products of tile it − 2, which both warpgroups finished before
-    // they passed tile it − 1's barrier.
+    // `buffer` was last read by the dQ products of tile it − 2: with one dQ tile (kDqParts == 1),
+    // both warpgroups finished them before they passed tile it − 1's block barrier; with partial
+    // tiles, this warpgroup's own products alone read its rows, and each of its threads waited for
+    // them (wgmma_wait) before its warpgroup barrier of tile it − 1.
     const uint32_t sdSi = sdS + (buffer % Plan::kDsBuffers) * DsTile::kBytes;
     if constexpr (Plan::kQueries == 64) {
       unsigned char* ds_tile = generic_at(shared_raw, sdSi);

@@ -1,7 +1,8 @@
 // Row kernels of the materialising variants (standard, v1, checkpoint) over an [BH, N, N_k] matrix.
 // Rows whose length is a multiple of 16 bytes are read and written in 16-byte chunks. softmax's
 // forward holds such rows in registers (a warp a row up to 2K elements in 16 bits, a block a row up
-// to 16K), so each element is read once and its exponential taken once; longer or unaligned rows
+// to 16K, a 1024-thread block up to 32K; half those in fp32), so each element is read once and its
+// exponential taken once; longer or unaligned rows
 // take one block a row and are read twice (statistics, then the elementwise pass; the second read
 // mostly from L2). softmax's backward keeps rows up to 16K (16 bits) in shared memory.
 #include <cfloat>
@@ -323,9 +324,12 @@ void launch_by_width(int64_t seq, Args&&... args) {
 unsigned row_count(const LayerShape& shape) { return static_cast<unsigned>(shape.heads_total * shape.seq); }
 RowExtent extent_of(const LayerShape& shape) { return {shape.seq, shape.seq_k, shape.causal}; }
 
+// A thread's most 16-byte chunks of a row in registers (64 floats of a 16-bit row) for the warp and
+// kRowThreads rows (the 1024-thread rows take four).
+constexpr int kMaxChunks = 8;
+
 template <class T, int kWidth>
 struct SoftmaxRows {
-  static constexpr int kMaxChunks = 8;  // a thread's share of a row in registers: 64 floats in 16 bits
   template <int kThreadsPerRow, int kChunks>
   static void in_registers(const LayerShape& shape, const void* scores, void* probs, float* row_max,
                            float* row_sum, cudaStream_t stream) {
@@ -352,8 +356,8 @@ struct SoftmaxRows {
         return by_chunks<32>(shape, scores, probs, row_max, row_sum, stream);
       if (shape.seq_k <= int64_t(kRowThreads) * kMaxChunks * kWidth)
         return by_chunks<kRowThreads>(shape, scores, probs, row_max, row_sum, stream);
-      // Up to 32K (16-bit) in a 1024-thread block, four chunks a thread: the 64 registers a thread
-      // that such a block leaves hold 32 floats of the row.
+      // Up to 32K elements (16-bit; 16K fp32) in a 1024-thread block, four 16-byte chunks a thread:
+      // the 64 registers a thread that such a block leaves hold its 32 (or 16) elements as floats.
       if (shape.seq_k <= int64_t(1024) * 4 * kWidth)
         return in_registers<1024, 4>(shape, scores, probs, row_max, row_sum, stream);
     }
