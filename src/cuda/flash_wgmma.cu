@@ -199,7 +199,7 @@ __device__ __forceinline__ void add_product_by_column_chunks(float (&o)[D / 2], 
 template <int D, bool kDropout>
 constexpr int kMostForwardWarpgroups = D == 64 && !kDropout ? 3 : 2;
 
-template <int D, bool kDropout, int kWarpgroupsOfBlock = kMostForwardWarpgroups<D, kDropout>>
+template <int D, bool kDropout, int kWarpgroupsOfBlock>
 struct ForwardPlan {
   static_assert(kWarpgroupsOfBlock >= 2 && kWarpgroupsOfBlock <= kMostForwardWarpgroups<D, kDropout>,
                 "two warpgroups, or three where they fit");

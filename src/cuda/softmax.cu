@@ -2,9 +2,9 @@
 // Rows whose length is a multiple of 16 bytes are read and written in 16-byte chunks. softmax's
 // forward holds such rows in registers (a warp a row up to 2K elements in 16 bits, a block a row up
 // to 16K, a 1024-thread block up to 32K; half those in fp32), so each element is read once and its
-// exponential taken once; longer or unaligned rows
-// take one block a row and are read twice (statistics, then the elementwise pass; the second read
-// mostly from L2). softmax's backward keeps rows up to 16K (16 bits) in shared memory.
+// exponential taken once; longer or unaligned rows take one block a row and are read twice
+// (statistics, then the elementwise pass; the second read mostly from L2). softmax's backward keeps
+// rows up to 16K (16 bits) in shared memory.
 #include <cfloat>
 
 #include "element.cuh"
