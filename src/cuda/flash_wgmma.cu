@@ -476,23 +476,23 @@ struct QueryWalk {
 };
 
 // By one whole warp: query tile `tile` into stage `stage` of the ring, Q and dO through the copy
-// engine (lane 0) into the QTiles at sQ and sdO ([stages] of them), LSE and D by cp.async (two rows a
-// lane, zeros past N) into the fp32 rows at sLse and sRowDot ([stages][64]), all completing on
-// `barrier` (1 + 32 arrivals a phase).
+// engine (lane 0) into the QTiles at sQ and sdO ([stages] of them), LSE and D by cp.async (kQueries/32
+// rows a lane, zeros past N) into the fp32 rows at sLse and sRowDot ([stages][kQueries]), all
+// completing on `barrier` (1 + 32 arrivals a phase).
 template <class QTile>
 __device__ __forceinline__ void fetch_query_tile(const CUtensorMap& q_map, const CUtensorMap& do_map,
                                                  const float* lse, const float* row_dot, int64_t seq,
                                                  const QueryTile& tile, int stage, uint32_t barrier, uint32_t sQ,
                                                  uint32_t sdO, uint32_t sLse, uint32_t sRowDot, int lane) {
-  constexpr int kQueries = 64;
-  static_assert(QTile::kPanelBytes == kQueries * 128, "64-query tiles: two rows of LSE and D a lane");
+  constexpr int kQueries = QTile::kPanelBytes / 128;  // the tile's rows
+  static_assert(kQueries % 32 == 0, "whole rows of LSE and D for each lane");
   if (lane == 0) {
     mbarrier_arrive_expect_bytes(barrier, 2 * QTile::kBytes);
     tma_load_tile<QTile>(sQ + stage * QTile::kBytes, q_map, tile.q0, tile.head, barrier);
     tma_load_tile<QTile>(sdO + stage * QTile::kBytes, do_map, tile.q0, tile.head, barrier);
   }
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
+  for (int half = 0; half < kQueries / 32; ++half) {
     const int r = lane + 32 * half;
     const bool inside = tile.q0 + r < seq;
     const int64_t index = tile.row_offset + (inside ? tile.q0 + r : 0);
@@ -651,51 +651,14 @@ __global__ void __launch_bounds__(256, 1)
   const int key_local[2] = {warpgroup * 64 + warp * 16 + g, warpgroup * 64 + warp * 16 + g + 8};
   const bool key_inside[2] = {k0 + key_local[0] < seq_k, k0 + key_local[1] < seq_k};
 
-  // Causal: queries i < k0 − shift see none of these keys. The block walks query tiles
-  // first_query, first_query + kQueries, … of each of the group's r query heads in turn; a cursor steps
-  // through them (no division per tile: the loop is instruction-bound).
-  const int64_t first_query = causal ? max(k0 - shift, int64_t(0)) : 0;
-  const int tiles_per_head =
-      first_query < seq ? int((seq - first_query + Plan::kQueries - 1) / Plan::kQueries) : 0;
-  // The group's query heads this block takes: all r, or a share of them where the grid splits the
-  // group over gridDim.z blocks (too few K/V heads and key blocks to fill the GPU: MQA, GQA at short
-  // N). dK and dV are added atomically at the end, so the shares sum.
-  const int heads_per_split = (extents.group_size + int(gridDim.z) - 1) / int(gridDim.z);
-  const int first_head = int(blockIdx.z) * heads_per_split;
-  const int heads_here = max(0, min(extents.group_size - first_head, heads_per_split));
-  const int query_tiles = tiles_per_head * heads_here;
-  struct QueryTile {
-    int64_t head;        // the query head
-    int64_t row_offset;  // head · N: its first row in Q, dO, LSE, D and dQ
-    int64_t q0;          // the tile's first query
-  };
-  auto next_tile = [&](QueryTile tile) {
-    tile.q0 += Plan::kQueries;
-    if (tile.q0 >= seq) {
-      tile.q0 = first_query;
-      tile.head += 1;
-      tile.row_offset += seq;
-    }
-    return tile;
-  };
-  // By one whole warp: Q and dO through the copy engine (lane 0), LSE and D by cp.async (kQueries/32
-  // rows a lane, zeros past N), all completing on the stage's mbarrier (1 + 32 arrivals a phase).
-  auto fetch_query_tile = [&](const QueryTile& tile, int stage) {
-    const uint32_t barrier = ring.barrier(stage);
-    if (lane == 0) {
-      mbarrier_arrive_expect_bytes(barrier, 2 * Plan::kQBytes);
-      tma_load_tile<QTile>(sQ + stage * Plan::kQBytes, q_map, tile.q0, tile.head, barrier);
-      tma_load_tile<QTile>(sdO + stage * Plan::kQBytes, do_map, tile.q0, tile.head, barrier);
-    }
-#pragma unroll
-    for (int half = 0; half < Plan::kQueries / 32; ++half) {
-      const int r = lane + 32 * half;
-      const bool inside = tile.q0 + r < seq;
-      const int64_t index = tile.row_offset + (inside ? tile.q0 + r : 0);
-      cp_async_4(sLse + (stage * Plan::kQueries + r) * 4, lse + index, inside);
-      cp_async_4(sRowDot + (stage * Plan::kQueries + r) * 4, row_dot + index, inside);
-    }
-    cp_async_arrive(barrier);
+  // The query tiles this block walks (QueryWalk: causal rows that see none of its keys skipped, the
+  // group's query heads or this block's share of them).
+  const QueryWalk<Plan::kQueries> walk = QueryWalk<Plan::kQueries>::of(extents, k0, kv_head);
+  const int query_tiles = walk.count;
+  auto next_tile = [&](const QueryTile& tile) { return walk.next(tile); };
+  auto fetch = [&](const QueryTile& tile, int stage) {  // by one whole warp
+    fetch_query_tile<QTile>(q_map, do_map, lse, row_dot, seq, tile, stage, ring.barrier(stage), sQ, sdO, sLse,
+                            sRowDot, lane);
   };
   // Dropout: the keep flags of a tile's 64 queries × this warpgroup's 64 keys, drawn by its 128
   // threads into flag buffer `buffer`, for the next tile while this one's products run; the
@@ -714,8 +677,7 @@ __global__ void __launch_bounds__(256, 1)
     fence_mbarrier_init();
   }
   __syncthreads();  // the barriers exist before anyone waits on them or the copy engine completes on them
-  QueryTile tile{kv_head * extents.group_size + first_head, (kv_head * extents.group_size + first_head) * seq,
-                 first_query};
+  QueryTile tile = walk.first;
   const bool first_warp = thread < 32;
   if (first_warp && lane == 0 && query_tiles > 0) {
     mbarrier_arrive_expect_bytes(kv_full, 2 * Plan::kKBytes);
@@ -724,7 +686,7 @@ __global__ void __launch_bounds__(256, 1)
   }
   QueryTile refill = tile;  // the tile kStages after `tile`: what the stage refilled next receives
   for (int stage = 0; stage < Plan::kStages; ++stage, refill = next_tile(refill))
-    if (first_warp && stage < query_tiles) fetch_query_tile(refill, stage);
+    if (first_warp && stage < query_tiles) fetch(refill, stage);
   if constexpr (kDropout) {
     if (query_tiles > 0) draw_tile_flags(tile, 0);
     warpgroup_barrier(warpgroup);  // the first tile's flags are drawn before its reads
@@ -898,7 +860,7 @@ __global__ void __launch_bounds__(256, 1)
     {
       uint32_t last = 0;
       if (lane == 0) last = ring.count_done();
-      if (__shfl_sync(0xffffffffu, last, 0) && it + Plan::kStages < query_tiles) fetch_query_tile(refill, stage);
+      if (__shfl_sync(0xffffffffu, last, 0) && it + Plan::kStages < query_tiles) fetch(refill, stage);
     }
 
     // Each warpgroup writes its part of dQ (its 64 columns, its 64 queries, or its own partial tile)
