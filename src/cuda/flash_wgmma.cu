@@ -6,7 +6,8 @@
 // Forward: a block of warpgroups owns 64 queries each (3 at d = 64 without dropout, else 2) and walks
 // the K/V tiles of kKeys keys (without dropout: 192 in 128-wide tiles, 112 at d = 192, 80 at d = 256;
 // with it 64 past d = 128; else 128): S = Q·Kᵀ (both operands from shared memory), online softmax in
-// registers, O += P·V with P straight from the S accumulators as the A operand.
+// registers, O += P·V with P straight from the S accumulators as the A operand. Past d = 64 without
+// dropout a warpgroup runs the softmax of a tile while the tensor cores run the last tile's P·V.
 //
 // Backward (FlashAttention-2's loop order): a block of 2 warpgroups owns 128 keys (64 each) and walks
 // the query tiles that see them (Q, dO, LSE, D; 64 queries, or 128 at d = 64 without dropout):
@@ -215,15 +216,15 @@ struct ForwardPlan {
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kStages = 2;     // K/V tiles in flight
   // Each warpgroup's softmax of a tile under the tensor cores' product of the last one (the kernel's
-  // comment), except at d = 64: with three warpgroups there, the overlap measured 1.03–1.06× the
-  // time of the plain loop at N = 8K (round w10).
-  static constexpr bool kOverlapSoftmax = D != 64;
+  // comment), except at d = 64 and with dropout, where it measured 1.02–1.07× the time of the loop
+  // in turn (round w10).
+  static constexpr bool kOverlapSoftmax = D != 64 && !kDropout;
   using QTile = SwizzledTile<kQueries, D>;
   using KVTile = SwizzledTile<kKeys, D>;
-  // Q; K and V, a buffer each per stage; the mbarriers (Q, and one per stage of the K ring and of
-  // the V ring) and the per-stage counts of warps done with it; slack to reach the first 1024-byte
-  // boundary.
-  static constexpr int kBarrierBytes = 8 * (1 + 2 * kStages) + 2 * 4 * kStages;
+  // Q; K and V, a buffer each per stage; the mbarriers (Q, and one per stage of each ring: one for K
+  // and V in turn, two when overlapped) and the per-stage counts of warps done with it; slack to reach
+  // the first 1024-byte boundary.
+  static constexpr int kBarrierBytes = 8 + (kOverlapSoftmax ? 2 : 1) * 12 * kStages;
   static constexpr int kSharedBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes + kBarrierBytes + 1024;
   // With dropout, each warpgroup's keep flags of a tile [64 queries][kKeys keys], a byte each, two
   // buffers, rows padded by 4 bytes.
@@ -251,16 +252,18 @@ struct Extents {
 // a row that sees no key). The tiles are D wide: a head dim kDim < D arrives zero-padded (d = 96 in 128), which
 // changes no product (S's k-steps stop at kDim). kDropout: O = P̃·V with the mask of `dropout`.
 //
-// The warpgroups share K/V tiles but nothing else, so no block barrier orders them. K and V come in
-// rings of their own: K tile j arrives on k_ring's mbarrier of stage j % kStages, V tile j on
-// v_ring's (issued by one thread, the copy engine moves them), and the last of the block's warps to
-// finish with a stage of either ring issues the tile kStages further on into it. K is done with
-// when S is, V only a product later (below), so each ring refills as soon as its own tile is free.
-//
-// Each warpgroup overlaps the softmax of tile j with the product of tile j − 1 on the tensor cores:
-//   issue S_j = Q·K_jᵀ;  O ·= α_{j−1};  issue O += P_{j−1}·V_{j−1};
-//   wait for S_j;  softmax of S_j (its max, α_j, P_j);  wait for O;  P_j to 16 bits.
-// So P_{j−1} (16-bit A fragments) and S_j live at once: kKeys/4 + kKeys/2 registers a thread.
+// The warpgroups share K/V tiles but nothing else, so no block barrier orders them: tile j arrives
+// on the mbarrier of stage j % kStages of a ring (issued by one thread, the copy engine moves it),
+// and the last of the block's warps to finish with a stage issues the tile kStages further on into
+// it. Each warpgroup's loop over the tiles takes one of two forms (Plan::kOverlapSoftmax):
+//   in turn (d = 64, dropout): S_j = Q·K_jᵀ, wait, softmax, O = α_j·O + P_j·V_j, wait; one ring
+//     holds K_j and V_j, released together;
+//   overlapped (else): the softmax of tile j while the tensor cores run the product of tile j − 1,
+//       issue S_j;  O ·= α_{j−1};  issue O += P_{j−1}·V_{j−1};
+//       wait for S_j;  softmax of S_j (its max, α_j, P_j);  wait for O;  P_j to 16 bits,
+//     so P_{j−1} (16-bit A fragments) and S_j live at once (kKeys/4 + kKeys/2 registers a thread).
+//     K_j is done with a product before V_j, so K and V come in rings of their own (k_ring, v_ring),
+//     each refilled as soon as its tile is free.
 template <class T, int D, int kDim, bool kDropout, int kWarpgroups>
 __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThreads, 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -276,9 +279,8 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
   const uint32_t sK = sQ + QTile::kBytes;                 // [kStages] K tiles
   const uint32_t sV = sK + Plan::kStages * KVTile::kBytes;  // [kStages] V tiles
   const uint32_t q_full = sV + Plan::kStages * KVTile::kBytes;
-  const uint32_t ring_full = q_full + 8, ring_released = ring_full + 2 * 8 * Plan::kStages;
-  Ring k_ring{ring_full, ring_released};
-  Ring v_ring{ring_full + 8 * Plan::kStages, ring_released + 4 * Plan::kStages};
+  Ring k_ring{q_full + 8, q_full + 8 + 8 * Plan::kStages};  // K, or K and V in turn
+  Ring v_ring{q_full + 8 + 12 * Plan::kStages, q_full + 8 + 20 * Plan::kStages};  // V, overlapped
   unsigned char* keep_tiles = generic_at(shared_raw, q_full + Plan::kBarrierBytes);  // kDropout: [wg][2][64][kMaskLd]
 
   // Causal query blocks further down see more keys: launch those first so short ones fill the tail.
@@ -295,23 +297,34 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
   const int64_t last_key = causal ? min(q0 + Plan::kQueries - 1 + shift, seq_k - 1) : seq_k - 1;
   const int key_tiles = last_key < 0 ? 0 : int(last_key / Plan::kKeys) + 1;
 
-  // By one thread: tile j of K (or V) into stage `stage` of its ring.
-  auto fetch_tile = [&](const CUtensorMap& map, uint32_t buffers, const Ring& ring, int j, int stage) {
-    const uint32_t full = ring.barrier(stage);
-    mbarrier_arrive_expect_bytes(full, KVTile::kBytes);
-    tma_load_tile<KVTile>(buffers + stage * KVTile::kBytes, map, int64_t(j) * Plan::kKeys, kv_head, full);
+  // By one thread: K_j (and V_j, taken in turn) into stage `stage` of k_ring; V_j into v_ring's.
+  auto fetch_key_tile = [&](int j, int stage) {
+    const uint32_t full = k_ring.barrier(stage);
+    mbarrier_arrive_expect_bytes(full, (Plan::kOverlapSoftmax ? 1 : 2) * KVTile::kBytes);
+    tma_load_tile<KVTile>(sK + stage * KVTile::kBytes, k_map, int64_t(j) * Plan::kKeys, kv_head, full);
+    if constexpr (!Plan::kOverlapSoftmax)
+      tma_load_tile<KVTile>(sV + stage * KVTile::kBytes, v_map, int64_t(j) * Plan::kKeys, kv_head, full);
   };
-  // By lane 0 of each warp done with the current stage of `ring` (tile j): the last of the block's
-  // warps refills it with tile j + kStages. Then the ring moves on.
-  auto release = [&](const CUtensorMap& map, uint32_t buffers, Ring& ring, int j) {
-    if (lane == 0 && ring.count_done() && j + Plan::kStages < key_tiles)
-      fetch_tile(map, buffers, ring, j + Plan::kStages, ring.stage);
-    ring.advance();
+  auto fetch_value_tile = [&](int j, int stage) {
+    const uint32_t full = v_ring.barrier(stage);
+    mbarrier_arrive_expect_bytes(full, KVTile::kBytes);
+    tma_load_tile<KVTile>(sV + stage * KVTile::kBytes, v_map, int64_t(j) * Plan::kKeys, kv_head, full);
+  };
+  // This warp is done with tile j of the ring (its lane 0 counts it); the last of the block's warps
+  // refills the stage with tile j + kStages. Then the ring moves on.
+  auto release_keys = [&](int j) {
+    if (lane == 0 && k_ring.count_done() && j + Plan::kStages < key_tiles) fetch_key_tile(j + Plan::kStages, k_ring.stage);
+    k_ring.advance();
+  };
+  auto release_values = [&](int j) {
+    if (lane == 0 && v_ring.count_done() && j + Plan::kStages < key_tiles)
+      fetch_value_tile(j + Plan::kStages, v_ring.stage);
+    v_ring.advance();
   };
   if (thread == 0) {
     mbarrier_init(q_full, 1);
     k_ring.init(shared_raw, 1);
-    v_ring.init(shared_raw, 1);
+    if constexpr (Plan::kOverlapSoftmax) v_ring.init(shared_raw, 1);
     fence_mbarrier_init();
   }
   __syncthreads();  // the barriers exist before anyone waits on them or the copy engine completes on them
@@ -319,15 +332,14 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
     mbarrier_arrive_expect_bytes(q_full, QTile::kBytes);
     tma_load_tile<QTile>(sQ, q_map, q0, head, q_full);
     for (int j = 0; j < Plan::kStages && j < key_tiles; ++j) {
-      fetch_tile(k_map, sK, k_ring, j, j);
-      fetch_tile(v_map, sV, v_ring, j, j);
+      fetch_key_tile(j, j);
+      if constexpr (Plan::kOverlapSoftmax) fetch_value_tile(j, j);
     }
   }
 
   // Dropout: this warpgroup's keep flags of key tile `j` for its 64 queries, into flag buffer j % 2,
-  // drawn by its 128 threads while S_{j−1} is on the tensor cores; a warpgroup barrier at the top of
-  // each tile orders the draws before the reads (in tile j's softmax) and the last tile's reads
-  // before the next draws.
+  // drawn by its 128 threads; a warpgroup barrier at the top of each tile orders the draws before
+  // the reads and the last tile's reads before the next draws.
   constexpr int kRows = Plan::kRowsPerWarpgroup;
   unsigned char* keep_here = keep_tiles + warpgroup * 2 * kRows * Plan::kMaskLd;
   auto draw_tile_flags = [&](int j) {
@@ -342,19 +354,22 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
 
   // S_j = Q·K_jᵀ [64 rows × kKeys keys] over the k-steps of the head dim that hold data, issued as
   // one commit group.
-  const uint64_t q_desc = k_major_base<QTile>(sQ, warpgroup * 64);
   auto issue_scores = [&](float (&s)[Plan::kKeys / 2]) {
+    const uint64_t q_desc = opaque(k_major_base<QTile>(sQ, warpgroup * 64));
     const uint64_t k_desc = k_major_base<KVTile>(sK + k_ring.stage * KVTile::kBytes, 0);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDepthSteps<kDim>; ++kk)
-      Wgmma<T, Plan::kKeys>::template ss<0, 0>(s, advance(opaque(q_desc), k_major_step<QTile>(kk)),
+      Wgmma<T, Plan::kKeys>::template ss<0, 0>(s, advance(q_desc, k_major_step<QTile>(kk)),
                                                 advance(k_desc, k_major_step<KVTile>(kk)), kk > 0);
     wgmma_commit();
   };
   // O += P·V, P from registers (16-bit A fragments), V [keys × D] read MN-major, one commit group.
-  auto issue_values = [&](float (&o)[D / 2], const uint32_t (&p)[Plan::kKeys / 16][4]) {
-    const uint64_t v_desc = mn_major_base<KVTile>(sV + v_ring.stage * KVTile::kBytes, 0);
+  // V's descriptor: of the current stage of v_ring, or of k_ring where one ring holds K and V.
+  auto values_desc = [&] {
+    return mn_major_base<KVTile>(sV + (Plan::kOverlapSoftmax ? v_ring.stage : k_ring.stage) * KVTile::kBytes, 0);
+  };
+  auto issue_values = [&](float (&o)[D / 2], const uint32_t (&p)[Plan::kKeys / 16][4], uint64_t v_desc) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Plan::kKeys / 16; ++kk) add_product_by_column_chunks<T, D, KVTile>(o, p[kk], v_desc, kk);
@@ -370,6 +385,7 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
   auto softmax_tile = [&](float (&s)[Plan::kKeys / 2], int j, float (&alpha)[2]) {
     const int64_t k0 = int64_t(j) * Plan::kKeys;
     const bool interior = k0 + Plan::kKeys <= seq_k && (!causal || k0 + Plan::kKeys - 1 <= q0 + shift);
+    float tile_max[2] = {-INFINITY, -INFINITY};
     if (!interior) {
       const int keys_left = int(min(seq_k - k0, int64_t(Plan::kKeys)));
       // The last visible local key of each row (causal), clamped into int range.
@@ -384,7 +400,6 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
           if (!visible) s[4 * c + e] = -INFINITY;
         }
     }
-    float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int c = 0; c < Plan::kKeys / 8; ++c)
 #pragma unroll
@@ -420,14 +435,6 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
           s[4 * c + e] *= keep[local_row[e / 2] * Plan::kMaskLd + 8 * c + 2 * t + (e & 1)] ? dropout.scale : 0.0f;
     }
   };
-  // Tile j's flags drawn (by the whole warpgroup) before its softmax reads them.
-  auto start_tile = [&](int j) {
-    if constexpr (kDropout) {
-      warpgroup_barrier(warpgroup);
-      if (j + 1 < key_tiles) draw_tile_flags(j + 1);  // while S_j is on the tensor cores
-    }
-  };
-
   float o[D / 2];  // O [64 rows × D] of this warpgroup
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
@@ -454,10 +461,9 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
     if (key_tiles > 0) {
       k_ring.wait();
       issue_scores(s);
-      start_tile(0);
       wgmma_wait<0>();
       pin(s);
-      release(k_map, sK, k_ring, 0);
+      release_keys(0);
       softmax_tile(s, 0, alpha);  // O is 0: α_0 is not needed
       pack_probabilities();
     }
@@ -467,43 +473,43 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
       if (j > 1) rescale_output();  // by α_{j−1}
       pin_operands();
       v_ring.wait();  // V_{j−1}
-      issue_values(o, p);
-      start_tile(j);
+      issue_values(o, p, values_desc());
       wgmma_wait<1>();
       pin(s);
-      release(k_map, sK, k_ring, j);
+      release_keys(j);
       softmax_tile(s, j, alpha);
       wgmma_wait<0>();
       pin_operands();  // P_{j−1} is read until here
-      release(v_map, sV, v_ring, j - 1);
+      release_values(j - 1);
       pack_probabilities();
     }
     if (key_tiles > 0) {
       if (key_tiles > 1) rescale_output();
       pin_operands();
       v_ring.wait();
-      issue_values(o, p);
+      issue_values(o, p, values_desc());
       wgmma_wait<0>();
       pin(o);
-      release(v_map, sV, v_ring, key_tiles - 1);
+      release_values(key_tiles - 1);
     }
   } else {
     for (int j = 0; j < key_tiles; ++j) {
-      k_ring.wait();
+      k_ring.wait();  // K_j and V_j are in shared memory
+      if constexpr (kDropout) warpgroup_barrier(warpgroup);
+      const uint64_t v_desc = values_desc();
       issue_scores(s);
-      start_tile(j);
+      if constexpr (kDropout) {
+        if (j + 1 < key_tiles) draw_tile_flags(j + 1);  // while S is on the tensor cores
+      }
       wgmma_wait<0>();
       pin(s);
-      release(k_map, sK, k_ring, j);
       softmax_tile(s, j, alpha);
       rescale_output();  // α_0 = 0 multiplies the zeros of O
       pack_probabilities();
-      pin_operands();
-      v_ring.wait();
-      issue_values(o, p);
+      issue_values(o, p, v_desc);
       wgmma_wait<0>();
       pin(o);
-      release(v_map, sV, v_ring, j);
+      release_keys(j);  // K_j and V_j
     }
   }
 
