@@ -216,15 +216,17 @@ struct ForwardPlan {
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kStages = 2;     // K/V tiles in flight
   // Each warpgroup's softmax of a tile under the tensor cores' product of the last one (the kernel's
-  // comment), except at d = 64 and with dropout, where it measured 1.02–1.07× the time of the loop
-  // in turn (round w10).
+  // comment), except at d = 64 (where it measured 0.98–1.06× the time of the loop in turn, round
+  // w10) and with dropout (1.02–1.07×).
   static constexpr bool kOverlapSoftmax = D != 64 && !kDropout;
   using QTile = SwizzledTile<kQueries, D>;
   using KVTile = SwizzledTile<kKeys, D>;
-  // Q; K and V, a buffer each per stage; the mbarriers (Q, and one per stage of each ring: one for K
-  // and V in turn, two when overlapped) and the per-stage counts of warps done with it; slack to reach
-  // the first 1024-byte boundary.
-  static constexpr int kBarrierBytes = 8 + (kOverlapSoftmax ? 2 : 1) * 12 * kStages;
+  // Q; K and V, a buffer each per stage; Q's mbarrier and the rings (one holding K and V in turn, or
+  // two when overlapped, K's and V's), each an mbarrier and a count of the warps done with it a
+  // stage; slack to reach the first 1024-byte boundary.
+  static constexpr int kRingBytes = (8 + 4) * kStages;
+  static_assert(kStages % 2 == 0, "the second ring's mbarriers at 8 + kRingBytes stay 8-byte aligned");
+  static constexpr int kBarrierBytes = 8 + (kOverlapSoftmax ? 2 : 1) * kRingBytes;
   static constexpr int kSharedBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes + kBarrierBytes + 1024;
   // With dropout, each warpgroup's keep flags of a tile [64 queries][kKeys keys], a byte each, two
   // buffers, rows padded by 4 bytes.
@@ -280,7 +282,7 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
   const uint32_t sV = sK + Plan::kStages * KVTile::kBytes;  // [kStages] V tiles
   const uint32_t q_full = sV + Plan::kStages * KVTile::kBytes;
   Ring k_ring{q_full + 8, q_full + 8 + 8 * Plan::kStages};  // K, or K and V in turn
-  Ring v_ring{q_full + 8 + 12 * Plan::kStages, q_full + 8 + 20 * Plan::kStages};  // V, overlapped
+  Ring v_ring{q_full + 8 + Plan::kRingBytes, q_full + 8 + Plan::kRingBytes + 8 * Plan::kStages};  // V, overlapped
   unsigned char* keep_tiles = generic_at(shared_raw, q_full + Plan::kBarrierBytes);  // kDropout: [wg][2][64][kMaskLd]
 
   // Causal query blocks further down see more keys: launch those first so short ones fill the tail.
@@ -297,22 +299,26 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
   const int64_t last_key = causal ? min(q0 + Plan::kQueries - 1 + shift, seq_k - 1) : seq_k - 1;
   const int key_tiles = last_key < 0 ? 0 : int(last_key / Plan::kKeys) + 1;
 
-  // By one thread: K_j (and V_j, taken in turn) into stage `stage` of k_ring; V_j into v_ring's.
+  // By one thread: V_j into stage `stage`, completing on mbarrier `full`.
+  auto load_value_tile = [&](int j, int stage, uint32_t full) {
+    tma_load_tile<KVTile>(sV + stage * KVTile::kBytes, v_map, int64_t(j) * Plan::kKeys, kv_head, full);
+  };
+  // By one thread: tile j into stage `stage` of k_ring (K_j, and V_j where one ring holds both), or
+  // of v_ring (V_j).
   auto fetch_key_tile = [&](int j, int stage) {
     const uint32_t full = k_ring.barrier(stage);
     mbarrier_arrive_expect_bytes(full, (Plan::kOverlapSoftmax ? 1 : 2) * KVTile::kBytes);
     tma_load_tile<KVTile>(sK + stage * KVTile::kBytes, k_map, int64_t(j) * Plan::kKeys, kv_head, full);
-    if constexpr (!Plan::kOverlapSoftmax)
-      tma_load_tile<KVTile>(sV + stage * KVTile::kBytes, v_map, int64_t(j) * Plan::kKeys, kv_head, full);
+    if constexpr (!Plan::kOverlapSoftmax) load_value_tile(j, stage, full);
   };
   auto fetch_value_tile = [&](int j, int stage) {
     const uint32_t full = v_ring.barrier(stage);
     mbarrier_arrive_expect_bytes(full, KVTile::kBytes);
-    tma_load_tile<KVTile>(sV + stage * KVTile::kBytes, v_map, int64_t(j) * Plan::kKeys, kv_head, full);
+    load_value_tile(j, stage, full);
   };
-  // This warp is done with tile j of the ring (its lane 0 counts it); the last of the block's warps
-  // refills the stage with tile j + kStages. Then the ring moves on.
-  auto release_keys = [&](int j) {
+  // This warp is done with tile j of `ring` (its lane 0 counts it); the last of the block's warps
+  // refills the stage with tile j + kStages (`fetch`). Then the ring moves on.
+  auto release_keys = [&](int j) {  // K_j (and V_j in turn)
     if (lane == 0 && k_ring.count_done() && j + Plan::kStages < key_tiles) fetch_key_tile(j + Plan::kStages, k_ring.stage);
     k_ring.advance();
   };
@@ -378,8 +384,8 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
 
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max [log2 units], partial sums
   // The online softmax of tile j's scores s: masked scores (past N_k, or right of the diagonal) to 0,
-  // the others to exp2(s·scale_log2 − m) with m the running max, l updated; returns α, the factor
-  // that takes O from the old max to the new one. The test is skipped on interior tiles, where
+  // the others to exp2(s·scale_log2 − m) with m the running max, l updated; sets alpha to α, the
+  // factor that takes O from the old max to the new one. The test is skipped on interior tiles, where
   // every key exists and every row of the block sees every key. The scores stay unscaled: the scale
   // (> 0) goes into the maximum once and into each exponent's FMA.
   auto softmax_tile = [&](float (&s)[Plan::kKeys / 2], int j, float (&alpha)[2]) {
@@ -447,11 +453,15 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[4 * c + e] *= alpha[e / 2];
   };
+  // In the overlapped loop nothing pins P after its packing, so in principle the compiler could sink
+  // the packing (a read of S) past the fence of the next S product; the build measured keeps it above
+  // (a pin there changes the machine code: round w10 left it for a GPU).
   auto pack_probabilities = [&] {
 #pragma unroll
     for (int kk = 0; kk < Plan::kKeys / 16; ++kk) as_a_fragment<T>(p[kk], s, kk);
   };
-  // O's scaling and P's packing stay before the fence of the product that reads them.
+  // Ties O and P to this point: their writes (O's scaling, P's packing) stay before the fence of the
+  // product that reads them, and after a wait, the end of that product's reads stays before them.
   auto pin_operands = [&] {
 #pragma unroll
     for (int kk = 0; kk < Plan::kKeys / 16; ++kk) pin(p[kk]);
