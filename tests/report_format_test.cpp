@@ -265,7 +265,8 @@ TEST(ReportCsv, HeaderNamesAreUniqueAndEachKeptColumnHoldsItsOwnNumber) {
 }
 
 TEST(ReportJson, DocumentCarriesSchemaMetaAndTheContractKeys) {
-  const nlohmann::json document = nlohmann::json::parse(render("json", four_variant_rows()));
+  const std::string text = render("json", four_variant_rows());
+  const nlohmann::json document = nlohmann::json::parse(text);
   EXPECT_EQ(document["schema_version"], 1);
   EXPECT_EQ(document["meta"]["git"], "abc123");
   ASSERT_EQ(document["rows"].size(), 4u);
@@ -293,6 +294,14 @@ TEST(ReportJson, DocumentCarriesSchemaMetaAndTheContractKeys) {
   EXPECT_EQ(row["check"]["reference"], "float64");
   EXPECT_DOUBLE_EQ(row["check"]["max_rel_err"].get<double>(), 2.5e-7);
   EXPECT_EQ(row["check"]["passed"], true);
+  EXPECT_FALSE(row["check"].contains("tensors"));  // a check made before the breakdown existed
+  // Each compared tensor's errors, in the order compared.
+  const nlohmann::json& tensors = document["rows"][2]["check"]["tensors"];
+  ASSERT_EQ(tensors.size(), 2u);
+  EXPECT_LT(text.find("\"output\": {"), text.find("\"input_grad\": {"));
+  EXPECT_DOUBLE_EQ(tensors["input_grad"]["rel_err"].get<double>(), 1.2e-6);
+  EXPECT_DOUBLE_EQ(tensors["input_grad"]["naive_rel_err"].get<double>(), 4e-7);
+  EXPECT_DOUBLE_EQ(tensors["output"]["rel_err"].get<double>(), 3e-7);
   // The oom row: status and reason, no times, no model.
   const nlohmann::json& oom = document["rows"][1];
   EXPECT_EQ(oom["status"], "oom");

@@ -59,6 +59,12 @@ def main():
             c = row["check"]
             check(c["passed"] and c["max_rel_err"] <= c["tolerance"], f"{name}: max_rel_err {c['max_rel_err']:.1e}")
             check(c.get("naive_rel_err", 0) > 0, f"{name}: the naive error the bar is made of")
+            # Each compared tensor apart (X_L and dX_0 for the whole stack), the largest of them the row's.
+            tensors = c.get("tensors", {})
+            check(list(tensors) == ["output", "input_grad"], f"{name}: check.tensors names X_L and dX_0")
+            check(max(t["rel_err"] for t in tensors.values()) == c["max_rel_err"], f"{name}: max_rel_err is the largest")
+            check(max(t["naive_rel_err"] for t in tensors.values()) == c["naive_rel_err"],
+                  f"{name}: naive_rel_err is the largest")
             check(c["max_rel_err"] < 1e-5, f"{name}: fp32 within 1e-5 of float64")
     # --peak: the ceilings measured first go into meta.cpu_peak, and every timed row's rates are read
     # against the sgemm ceiling; --peak-file takes them from `info --peak --format json` instead.

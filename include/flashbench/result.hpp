@@ -41,6 +41,13 @@ double max_relative_error(std::span<const float> x, std::span<const float> ref);
 double max_relative_error(std::span<const float> x, std::span<const double> ref);
 
 // A comparison that took place: the implementation's outputs (X_L and dX_0) against a reference.
+// One compared tensor of a check: its error and the naive computation's on it.
+struct CheckedTensor {
+  std::string name;  // "output" (X_L), "input_grad" (dX_0) or "context_grad" (dC)
+  double rel_err = 0;
+  std::optional<double> naive_rel_err;
+};
+
 struct Check {
   std::string reference;   // what they were compared with, e.g. "float64"
   double max_rel_err = 0;  // max over outputs of max|x - ref| / max|ref|
@@ -48,6 +55,9 @@ struct Check {
   // The error of the same computation done naively in the storage precision, against the same
   // reference: the bar the tolerance is a multiple of. Empty in files written before it existed.
   std::optional<double> naive_rel_err;
+  // Each compared tensor's errors, of which the two above are the largest: which one a failure is
+  // in. Empty in files written before it existed.
+  std::vector<CheckedTensor> tensors;
   bool passed() const { return max_rel_err <= tolerance; }
 };
 

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "flashbench/errors.hpp"
 #include "flashbench/harness/reference.hpp"
@@ -281,11 +282,28 @@ struct InputSet {
   const void* context() const { return C.empty() ? nullptr : C.data(); }
 };
 
+// A failed check's one line: the tensors over the tolerance by name ("input_grad differs from
+// float64 by …"), or "outputs" where the check did not keep them apart.
+std::string failed_check_reason(const Check& check) {
+  std::vector<std::string> over;
+  for (const CheckedTensor& tensor : check.tensors)
+    if (!(tensor.rel_err <= check.tolerance)) over.push_back(tensor.name);  // NaN is over
+  if (over.size() == 1)
+    return fmt::format("{} differs from {} by {:.2e} (tolerance {:.2e})", over[0], check.reference, check.max_rel_err,
+                       check.tolerance);
+  const std::string what = over.empty() ? "outputs" : fmt::format("{}", fmt::join(over, " and "));
+  return fmt::format("{} differ from {} by up to {:.2e} (tolerance {:.2e})", what, check.reference, check.max_rel_err,
+                     check.tolerance);
+}
+
 // The exact and the naive results on the plan's part of the problem, and the judgement.
 struct Reference {
   ReferencePlan plan;
   std::vector<double> output, input_grad, context_grad;  // exact; dC of plan.checked_context
-  std::optional<double> naive_error;       // the naive computation's error against them
+  // The naive computation's error against each of them (empty where the plan compares fewer), and
+  // the largest of those.
+  std::optional<double> naive_output_error, naive_input_grad_error, naive_context_grad_error;
+  std::optional<double> naive_error;
   double max_abs_score = 0;
 
   // FlashAttention's bar: the error may be a small multiple of that of the same computation done
@@ -295,10 +313,15 @@ struct Reference {
               const std::vector<float>& got_context_grad) const {
     Check check;
     check.reference = plan.kind == ReferencePlan::Kind::rows ? "float64 rows (output)" : "float64";
-    check.max_rel_err = max_relative_error(got_output, output);
-    if (!got_grad.empty()) check.max_rel_err = std::max(check.max_rel_err, max_relative_error(got_grad, input_grad));
-    if (!got_context_grad.empty())
-      check.max_rel_err = std::max(check.max_rel_err, max_relative_error(got_context_grad, context_grad));
+    auto compare = [&](const char* name, const std::vector<float>& got, const std::vector<double>& exact,
+                       std::optional<double> naive) {
+      const double error = max_relative_error(got, exact);
+      check.tensors.push_back({name, error, naive});
+      check.max_rel_err = std::max(check.max_rel_err, error);
+    };
+    compare("output", got_output, output, naive_output_error);
+    if (!got_grad.empty()) compare("input_grad", got_grad, input_grad, naive_input_grad_error);
+    if (!got_context_grad.empty()) compare("context_grad", got_context_grad, context_grad, naive_context_grad_error);
     check.naive_rel_err = naive_error;
     const double logit_bound = 8.0 * max_abs_score * std::ldexp(1.0, -24);
     const double floor = p.dtype == Dtype::fp32 ? 1e-5 : 1e-6;
@@ -425,8 +448,9 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
       if (problem.self_attention()) {
         StackReference exact = reference_stack(shape, problem.layers, x, g);
         const StackReference naive = reference_stack(shape, problem.layers, x, g, problem.dtype);
-        r.naive_error = std::max(relative_error(naive.output, exact.output),
-                                 relative_error(naive.input_grad, exact.input_grad));
+        r.naive_output_error = relative_error(naive.output, exact.output);
+        r.naive_input_grad_error = relative_error(naive.input_grad, exact.input_grad);
+        r.naive_error = std::max(*r.naive_output_error, *r.naive_input_grad_error);
         r.max_abs_score = exact.max_abs_score;
         r.output = std::move(exact.output);
         r.input_grad = std::move(exact.input_grad);
@@ -442,9 +466,10 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
           naive_context.insert(naive_context.end(), naive.context_grad.begin() + k * per_head,
                                naive.context_grad.begin() + (k + 1) * per_head);
         }
-        r.naive_error = std::max({relative_error(naive.output, exact.output),
-                                  relative_error(naive.input_grad, exact.input_grad),
-                                  relative_error(naive_context, exact_context)});
+        r.naive_output_error = relative_error(naive.output, exact.output);
+        r.naive_input_grad_error = relative_error(naive.input_grad, exact.input_grad);
+        r.naive_context_grad_error = relative_error(naive_context, exact_context);
+        r.naive_error = std::max({*r.naive_output_error, *r.naive_input_grad_error, *r.naive_context_grad_error});
         r.max_abs_score = exact.max_abs_score;
         r.output = std::move(exact.output);
         r.input_grad = std::move(exact.input_grad);
@@ -454,7 +479,8 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
       const std::span<const double> kv = problem.self_attention() ? std::span<const double>(x) : std::span<const double>(c);
       r.output = reference_output_rows(shape, x, kv, plan.rows, std::nullopt, &r.max_abs_score);
       const std::vector<double> naive = reference_output_rows(shape, x, kv, plan.rows, problem.dtype, nullptr);
-      r.naive_error = relative_error(naive, r.output);
+      r.naive_output_error = relative_error(naive, r.output);
+      r.naive_error = r.naive_output_error;
     }
     return r;
   } catch (const OutOfMemory& e) {
@@ -647,8 +673,7 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
       measure(device_, options_, problem, *implementations[k], setting, reference, row);
       if (row.check && !row.check->passed()) {
         row.status = Status::failed;
-        row.reason = fmt::format("outputs differ from {} by {:.2e} (tolerance {:.2e})", row.check->reference,
-                                 row.check->max_rel_err, row.check->tolerance);
+        row.reason = failed_check_reason(*row.check);
       }
     } catch (const OutOfMemory& e) {
       row.status = Status::oom;

@@ -207,6 +207,16 @@ ordered_json row_to_json(const Row& row) {
     check["tolerance"] = row.check->tolerance;
     check["passed"] = row.check->passed();
     if (row.check->naive_rel_err) check["naive_rel_err"] = *row.check->naive_rel_err;
+    if (!row.check->tensors.empty()) {
+      ordered_json tensors = ordered_json::object();
+      for (const CheckedTensor& tensor : row.check->tensors) {
+        ordered_json entry;
+        entry["rel_err"] = tensor.rel_err;
+        if (tensor.naive_rel_err) entry["naive_rel_err"] = *tensor.naive_rel_err;
+        tensors[tensor.name] = std::move(entry);
+      }
+      check["tensors"] = std::move(tensors);
+    }
     j["check"] = std::move(check);
   } else {
     j["check"] = nullptr;
@@ -296,6 +306,17 @@ Row row_from_json(const json& j) {
     // Files without a tolerance still say whether the check passed.
     check.tolerance = number_or(c, "tolerance", c.value("passed", true) ? check.max_rel_err : -1.0);
     if (c.contains("naive_rel_err") && c.at("naive_rel_err").is_number()) check.naive_rel_err = c.at("naive_rel_err").get<double>();
+    if (c.contains("tensors") && c.at("tensors").is_object()) {
+      const json& tensors = c.at("tensors");
+      for (const char* name : {"output", "input_grad", "context_grad"}) {  // the order they are written in
+        if (!tensors.contains(name) || !tensors.at(name).is_object()) continue;
+        const json& entry = tensors.at(name);
+        CheckedTensor tensor{name, number_or(entry, "rel_err", 0), std::nullopt};
+        if (entry.contains("naive_rel_err") && entry.at("naive_rel_err").is_number())
+          tensor.naive_rel_err = entry.at("naive_rel_err").get<double>();
+        check.tensors.push_back(std::move(tensor));
+      }
+    }
     row.check = check;
   }
   if (j.contains("reproducibility") && j.at("reproducibility").is_object()) {
