@@ -234,6 +234,15 @@ TEST(ContextStack, RunnerChecksEveryRow) {
       ASSERT_TRUE(row.check.has_value()) << row.impl;
       EXPECT_TRUE(row.check->passed()) << row.impl << " " << row.check->max_rel_err;
       EXPECT_GT(row.check->max_rel_err, 0.0) << row.impl;
+      // X_L, dX_0 and the context's dC each compared, the row's error the largest of them.
+      ASSERT_EQ(row.check->tensors.size(), 3u) << row.impl;
+      EXPECT_EQ(row.check->tensors[2].name, "context_grad") << row.impl;
+      double largest = 0;
+      for (const CheckedTensor& tensor : row.check->tensors) {
+        EXPECT_TRUE(tensor.naive_rel_err.has_value()) << row.impl << " " << tensor.name;
+        largest = std::max(largest, tensor.rel_err);
+      }
+      EXPECT_EQ(largest, row.check->max_rel_err) << row.impl;
     }
   }
 }
