@@ -40,7 +40,6 @@ struct ModelledMemory {
 double max_relative_error(std::span<const float> x, std::span<const float> ref);
 double max_relative_error(std::span<const float> x, std::span<const double> ref);
 
-// A comparison that took place: the implementation's outputs (X_L and dX_0) against a reference.
 // One compared tensor of a check: its error and the naive computation's on it.
 struct CheckedTensor {
   std::string name;  // "output" (X_L), "input_grad" (dX_0) or "context_grad" (dC)
@@ -48,6 +47,7 @@ struct CheckedTensor {
   std::optional<double> naive_rel_err;
 };
 
+// A comparison that took place: the implementation's outputs (X_L and dX_0) against a reference.
 struct Check {
   std::string reference;   // what they were compared with, e.g. "float64"
   double max_rel_err = 0;  // max over outputs of max|x - ref| / max|ref|

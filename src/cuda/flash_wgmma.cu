@@ -316,8 +316,8 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
     mbarrier_arrive_expect_bytes(full, KVTile::kBytes);
     load_value_tile(j, stage, full);
   };
-  // This warp is done with tile j of `ring` (its lane 0 counts it); the last of the block's warps
-  // refills the stage with tile j + kStages (`fetch`). Then the ring moves on.
+  // This warp is done with tile j of its ring (its lane 0 counts it); the last of the block's warps
+  // refills the stage with tile j + kStages. Then the ring moves on.
   auto release_keys = [&](int j) {  // K_j (and V_j in turn)
     if (lane == 0 && k_ring.count_done() && j + Plan::kStages < key_tiles) fetch_key_tile(j + Plan::kStages, k_ring.stage);
     k_ring.advance();
