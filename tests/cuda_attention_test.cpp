@@ -281,13 +281,13 @@ TEST_P(CudaWorkloads, EveryVariantMatchesModelAndFloat64) {
       select_implementations(cuda_entry(), {"standard", "v1", "v2", "checkpoint", "v2.mma"});
   const std::vector<Row> rows = Runner(*device, quick_options()).run(problem, pointers(implementations));
   ASSERT_EQ(rows.size(), 5u);
-  // Every kernel family runs these workloads at d = 64 and 128; d = 96 only the wgmma kernels
-  // (bf16/fp16, cc 9.0), and d = 192 and 256 only those without dropout.
+  // Every kernel family runs these workloads at d = 64 and 128; d = 96, 192 and 256 only the wgmma
+  // kernels (bf16/fp16, cc 9.0).
   const bool wgmma = c.dtype != Dtype::fp32 && cuda::compute_capability(0) == 90;
   auto v2_runs = [&](const Row& row) {
     if (c.head_dim == 64 || c.head_dim == 128) return true;
     const bool on_wgmma = row.implementation() == "v2" && wgmma;
-    return on_wgmma && (c.head_dim == 96 || c.dropout == 0.0);
+    return on_wgmma;
   };
   std::vector<Row> ran;
   for (const Row& row : rows) {
@@ -340,7 +340,7 @@ INSTANTIATE_TEST_SUITE_P(
         WorkloadCase{"dropout_self_prime_fp16_d64", 2, 2, 383, 383, 64, false, false, 0.1, Dtype::fp16},
         // d = 96 on the wgmma kernels (v2.mma and the other GPUs' v2: skipped rows).
         WorkloadCase{"dropout_gqa_nk_less_causal_bf16_d96", 4, 2, 201, 150, 96, true, false, 0.1, Dtype::bf16},
-        // d = 192 and 256 on the wgmma kernels without dropout (with it, and v2.mma and the other GPUs'
+        // d = 192 and 256 on the wgmma kernels, with dropout and without (v2.mma and the other GPUs'
         // v2: skipped rows).
         WorkloadCase{"gqa_prime_nk_less_causal_bf16_d192", 4, 2, 383, 129, 192, true, false, 0.0, Dtype::bf16},
         WorkloadCase{"mqa_nk_more_fp16_d256", 4, 1, 131, 389, 256, false, false, 0.0, Dtype::fp16},

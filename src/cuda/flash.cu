@@ -31,14 +31,7 @@ std::optional<std::string> flash_unsupported(const LayerShape& shape, FlashKerne
   if (d == 64 || d == 128) return std::nullopt;
   const bool wgmma = flash_uses_wgmma(shape.dtype, kernels);
   if (wgmma && d == 96) return std::nullopt;
-  if (wgmma && (d == 192 || d == 256)) {
-    if (!shape.dropout.active()) return std::nullopt;
-    // The kernels run dropout there and their masks are right, but their fp16 output missed the
-    // float64 check's bar (3 x a naive fp16 implementation's error) in 3 of 13 runs on the H200, at
-    // 2-3.4 x that error where d = 128 stays under 2 x (docs/cuda-notes.md, round w7).
-    return "v2 on CUDA runs head_dim " + std::to_string(d) +
-           " without dropout only (with dropout its fp16 error is not yet within the check's bar)";
-  }
+  if (wgmma && (d == 192 || d == 256)) return std::nullopt;
   return "v2 on CUDA is built for head_dim 64 and 128 (and 96, 192, 256 on the wgmma kernels: bf16/fp16 on "
          "compute capability 9.0), not " +
          std::to_string(d);

@@ -430,7 +430,9 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + tile_sum[h];
-    // Dropout after the normaliser: l sums the undropped weights, O the dropped ones.
+    // Dropout after the normaliser: l sums the undropped weights, O the dropped ones. P keeps its
+    // value or becomes 0 here (P·Z, packed to 16 bits as it is); 1/(1 − p) is applied once, in the
+    // epilogue, where it does not round P a second time.
     if constexpr (kDropout) {
       const unsigned char* keep = keep_here + (j & 1) * kRows * Plan::kMaskLd;
       const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
@@ -438,7 +440,7 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
       for (int c = 0; c < Plan::kKeys / 8; ++c)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          s[4 * c + e] *= keep[local_row[e / 2] * Plan::kMaskLd + 8 * c + 2 * t + (e & 1)] ? dropout.scale : 0.0f;
+          if (!keep[local_row[e / 2] * Plan::kMaskLd + 8 * c + 2 * t + (e & 1)]) s[4 * c + e] = 0.0f;
     }
   };
   float o[D / 2];  // O [64 rows × D] of this warpgroup
@@ -531,7 +533,8 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (row[h] >= seq) continue;
-    const float inverse = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;  // a row that sees no key: O = 0
+    // 1/l, and with dropout 1/(1 − p) too; a row that sees no key: O = 0.
+    const float inverse = l[h] > 0.0f ? (kDropout ? dropout.scale : 1.0f) / l[h] : 0.0f;
     T* out = O + offset + row[h] * kDim;
 #pragma unroll
     for (int c = 0; c < kDim / 8; ++c)
