@@ -10,11 +10,13 @@
 // dropout a warpgroup runs the softmax of a tile while the tensor cores run the last tile's P·V.
 //
 // Backward (FlashAttention-2's loop order): a block of 2 warpgroups owns 128 keys (64 each) and walks
-// the query tiles that see them (Q, dO, LSE, D; 64 queries, or 128 at d = 64 without dropout):
+// the query tiles that see them (Q, dO, LSE, D; 64 queries, 128 at d = 64 and 80 at d = 128 without
+// dropout):
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                        (A and B from shared memory)
 //   Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ ∘ (dPᵀ − D)       (registers)
 //   dV += Pᵀ·dO, dK += dSᵀ·Q                        (A from registers, B MN-major from shared memory)
-//   dQ  = dS·K over the block's keys                (dSᵀ through shared memory, both MN-major)
+//   dQ  = dS·K over the block's keys                (dSᵀ through shared memory, both MN-major; with
+//                                                    80 queries dQᵀ = Kᵀ·dSᵀ, dS stored [queries][keys])
 // Sᵀ and dPᵀ are two commit groups, so the exponentials start while dPᵀ is still on the tensor
 // cores, and dSᵀ is stored for dQ while the dV and dK products run. dQ goes to the fp32
 // accumulator by the copy engine's reductions (cp.reduce.async.bulk.tensor, [queries][32] boxes from a
@@ -597,15 +599,16 @@ __device__ __forceinline__ void fetch_query_tile(const CUtensorMap& q_map, const
                                                  const QueryTile& tile, int stage, uint32_t barrier, uint32_t sQ,
                                                  uint32_t sdO, uint32_t sLse, uint32_t sRowDot, int lane) {
   constexpr int kQueries = QTile::kPanelBytes / 128;  // the tile's rows
-  static_assert(kQueries % 32 == 0, "whole rows of LSE and D for each lane");
+  static_assert(kQueries % 16 == 0, "LSE and D rows in whole halves of a warp");
   if (lane == 0) {
     mbarrier_arrive_expect_bytes(barrier, 2 * QTile::kBytes);
     tma_load_tile<QTile>(sQ + stage * QTile::kBytes, q_map, tile.q0, tile.head, barrier);
     tma_load_tile<QTile>(sdO + stage * QTile::kBytes, do_map, tile.q0, tile.head, barrier);
   }
 #pragma unroll
-  for (int half = 0; half < kQueries / 32; ++half) {
+  for (int half = 0; half < (kQueries + 31) / 32; ++half) {
     const int r = lane + 32 * half;
+    if (kQueries % 32 != 0 && r >= kQueries) break;
     const bool inside = tile.q0 + r < seq;
     const int64_t index = tile.row_offset + (inside ? tile.q0 + r : 0);
     cp_async_4(sLse + (stage * kQueries + r) * 4, lse + index, inside);
@@ -669,20 +672,27 @@ template <int D, bool kDropout>
 struct BackwardPlan {
   static constexpr int kKeys = 128;    // per block: 2 warpgroups × 64 keys
   // Queries per tile: 128 at d = 64 without dropout, where the elementwise work of a tile is the
-  // same as at d = 128 over half the products and larger tiles share the per-tile costs; else 64.
-  static constexpr int kQueries = D == 64 && !kDropout ? 128 : 64;
+  // same as at d = 128 over half the products and larger tiles share the per-tile costs; 80 at
+  // d = 128 without dropout, where K and V (the A operands of Sᵀ and dPᵀ) and Kᵀ (dQ's) are read
+  // from shared memory once for 80 queries instead of 64 (what fits the registers); else 64.
+  static constexpr int kQueries = D == 64 && !kDropout ? 128 : D == 128 && !kDropout ? 80 : 64;
+  // 80 queries are no multiple of the 64 rows of a product, so dQ is formed transposed:
+  // dQᵀ = Kᵀ·dSᵀ [D][queries], each warpgroup 64 of D's rows, dS stored [queries][keys].
+  static constexpr bool kDqTransposed = kQueries == 80;
   static constexpr int kThreads = 2 * kWarpgroupThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kStages = 2;    // query tiles (Q, dO, LSE, D) in flight
   using KVTile = SwizzledTile<kKeys, D>;
   using QTile = SwizzledTile<kQueries, D>;
-  using DsTile = SwizzledTile<kKeys, kQueries>;  // dSᵀ [keys][queries]
+  // dSᵀ [keys][queries], or dS [queries][keys] where dQ is formed transposed.
+  using DsTile = std::conditional_t<kDqTransposed, SwizzledTile<kQueries, kKeys>, SwizzledTile<kKeys, kQueries>>;
   // dQ of one query tile in fp32, swizzled as the copy engine reads it for its reduction into the
-  // accumulator (boxes of [64 rows][32 columns]).
+  // accumulator (boxes of [kDqBoxRows rows][32 columns]).
   using DqTile = SwizzledFloatTile<kQueries, D>;
-  static constexpr int kDqBoxRows = 64;
-  // How the warpgroups share dQ = dS·K of a tile, each product over 64 queries:
-  //   D = 128: each takes 64 of its columns over all 128 keys (one [64][D] tile);
+  static constexpr int kDqBoxRows = kDqTransposed ? kQueries : 64;
+  // How the warpgroups share dQ = dS·K of a tile, each product over 64 queries (or, transposed, the
+  // 80 of a tile):
+  //   D = 128: each takes 64 of its columns over all 128 keys (one [kQueries][D] tile);
   //   128-query tiles (d = 64 without dropout): each takes a 64-query half, every column, over all
   //     128 keys (one [128][D] tile, reduced a half by each warpgroup);
   //   else (d = 64 with dropout): each takes every column over its own 64 keys, a partial tile of
@@ -716,7 +726,7 @@ struct BackwardPlan {
 // grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
 // heads that read its K/V head, so dK and dV sum over the group in registers. q_map, do_map: the
 // tensor maps of Q, dO [BH, N, kDim] (boxes of kQueries rows); k_map, v_map of K, V [BG, N_k, kDim]
-// (128). Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of 64 rows) and
+// (128). Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of Plan::kDqBoxRows rows) and
 // dK + dV into dkv_accumulator [BG, N_k, kDim] (fp32, both zeroed by the caller; one buffer for
 // self-attention); lse (natural log) and row_dot [BH, N]. Tiles D wide, the head dim kDim ≤ D
 // zero-padded as in the forward kernel. kDropout: the mask of `dropout` redrawn per tile, P̃ for dV
@@ -915,7 +925,17 @@ __global__ void __launch_bounds__(256, 1)
     // tiles, this warpgroup's own products alone read its rows, and each of its threads waited for
     // them (wgmma_wait) before its warpgroup barrier of tile it − 1.
     const uint32_t sdSi = sdS + (buffer % Plan::kDsBuffers) * DsTile::kBytes;
-    if constexpr (Plan::kQueries == 64) {
+    if constexpr (Plan::kDqTransposed) {
+      // dS [queries][keys]: stmatrix's transpose turns each 8 keys × 8 queries block of a fragment
+      // (fragment register j: keys +8·(j % 2), queries +8·(j / 2)) into 8 rows of queries, 16 bytes
+      // of keys each; lane 8j + i gives the address of row i of block j.
+      // Step kk's rows are 16 further on (the swizzle's row % 8 unchanged): one address, formed here.
+      const int block = lane / 8;
+      const uint32_t row_address = opaque(uint32_t(
+          sdSi + DsTile::offset(8 * (block / 2) + lane % 8, warpgroup * 64 + warp * 16 + 8 * (block % 2))));
+#pragma unroll
+      for (int kk = 0; kk < Plan::kQueries / 16; ++kk) stmatrix_x4_trans(row_address + kk * 16 * 128, dsa[kk]);
+    } else if constexpr (Plan::kQueries == 64) {
       unsigned char* ds_tile = generic_at(shared_raw, sdSi);
 #pragma unroll
       for (int c = 0; c < Plan::kQueries / 8; ++c)
@@ -951,16 +971,28 @@ __global__ void __launch_bounds__(256, 1)
     constexpr int kDqSteps = Plan::kDqParts == 1 ? Plan::kKeys / 16 : 4;
     const int first_step = Plan::kDqParts == 1 ? 0 : 4 * warpgroup;
     const int query_row0 = Plan::kDqByQueryHalves ? 64 * warpgroup : 0;
-    const uint64_t ds_desc = advance(opaque(mn_major_base<DsTile>(sdSi, 0)),
-                                     (query_row0 / 64) * DsTile::kPanelBytes + mn_major_step<DsTile>(first_step));
-    const uint64_t k_t_desc =
-        advance(opaque(mn_major_base<KVTile>(sK, D == 128 ? warpgroup * 64 : 0)), mn_major_step<KVTile>(first_step));
-    float dq[32];
+    // Transposed (80 queries): dQᵀ = Kᵀ·dSᵀ for this warpgroup's 64 columns of D, A = K read
+    // M-major, B = dS [queries][keys] read K-major.
+    constexpr int kDqAccumulators = Plan::kDqTransposed ? Plan::kQueries / 2 : 32;
+    float dq[kDqAccumulators];
     wgmma_fence();
+    if constexpr (Plan::kDqTransposed) {
+      const uint64_t k_t_desc = opaque(mn_major_base<KVTile>(sK, warpgroup * 64));
+      const uint64_t ds_desc = opaque(k_major_base<DsTile>(sdSi, 0));
 #pragma unroll
-    for (int kk = 0; kk < kDqSteps; ++kk)
-      Wgmma<T, 64>::template ss<1, 1>(dq, advance(ds_desc, mn_major_step<DsTile>(kk)),
-                                      advance(k_t_desc, mn_major_step<KVTile>(kk)), kk > 0);
+      for (int kk = 0; kk < kDqSteps; ++kk)
+        Wgmma<T, Plan::kQueries>::template ss<1, 0>(dq, advance(k_t_desc, mn_major_step<KVTile>(kk)),
+                                                     advance(ds_desc, k_major_step<DsTile>(kk)), kk > 0);
+    } else {
+      const uint64_t ds_desc = advance(opaque(mn_major_base<DsTile>(sdSi, 0)),
+                                       (query_row0 / 64) * DsTile::kPanelBytes + mn_major_step<DsTile>(first_step));
+      const uint64_t k_t_desc =
+          advance(opaque(mn_major_base<KVTile>(sK, D == 128 ? warpgroup * 64 : 0)), mn_major_step<KVTile>(first_step));
+#pragma unroll
+      for (int kk = 0; kk < kDqSteps; ++kk)
+        Wgmma<T, 64>::template ss<1, 1>(dq, advance(ds_desc, mn_major_step<DsTile>(kk)),
+                                        advance(k_t_desc, mn_major_step<KVTile>(kk)), kk > 0);
+    }
     wgmma_commit();
     wgmma_wait<0>();
     pin(dq);
@@ -981,7 +1013,22 @@ __global__ void __launch_bounds__(256, 1)
     // block-wide barrier needed.
     const int part = Plan::kDqParts == 2 ? warpgroup : 0, column0 = D == 128 ? warpgroup * 64 : 0;
     const uint32_t dq_part = sDq + part * DqTile::kBytes;
-    if constexpr (!kDropout) {
+    if constexpr (Plan::kDqTransposed) {
+      // Accumulator register 4c + 2h + e is dQ's column column0 + 16·warp + g + 8h of query
+      // 8c + 2t + e: 4-byte stores, a warp's 32 of one register in 8 distinct 16-byte chunks of the
+      // swizzled tile (conflict-free). Query 8c + 2t + e is 1024·c bytes past query 2t + e, the
+      // swizzle unchanged: four addresses (h, e), formed here rather than held across the loop.
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          unsigned char* row_base =
+              generic_at(shared_raw, opaque(uint32_t(dq_part + DqTile::offset(2 * t + e, column0 + warp * 16 + g + 8 * h))));
+#pragma unroll
+          for (int c = 0; c < Plan::kQueries / 8; ++c)
+            *reinterpret_cast<float*>(row_base + 1024 * c) = scale * dq[4 * c + 2 * h + e];
+        }
+    } else if constexpr (!kDropout) {
       unsigned char* dq_tile = generic_at(shared_raw, dq_part);
 #pragma unroll
       for (int c = 0; c < 8; ++c)

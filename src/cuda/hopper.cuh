@@ -123,6 +123,15 @@ __device__ __forceinline__ void pin(uint32_t (&r)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
+// Four 8×8 blocks of 16-bit elements into shared memory, each transposed: register j of a lane holds
+// its two elements of block j as an mma fragment does (row lane/4, columns 2·(lane%4), +1), and lane
+// 8j + i gives the shared address of the block's stored row i (16 bytes: the fragment's column i).
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t address, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 // Generic-proxy writes to shared memory (ordinary stores, cp.async) made visible to the async
 // proxy (wgmma operands, bulk copies): each writing thread, before the barrier.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
