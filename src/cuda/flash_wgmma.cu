@@ -590,8 +590,8 @@ struct QueryWalk {
 };
 
 // By one whole warp: query tile `tile` into stage `stage` of the ring, Q and dO through the copy
-// engine (lane 0) into the QTiles at sQ and sdO ([stages] of them), LSE and D by cp.async (kQueries/32
-// rows a lane, zeros past N) into the fp32 rows at sLse and sRowDot ([stages][kQueries]), all
+// engine (lane 0) into the QTiles at sQ and sdO ([stages] of them), LSE and D by cp.async (rows
+// lane, lane + 32, … below kQueries; zeros past N) into the fp32 rows at sLse and sRowDot ([stages][kQueries]), all
 // completing on `barrier` (1 + 32 arrivals a phase).
 template <class QTile>
 __device__ __forceinline__ void fetch_query_tile(const CUtensorMap& q_map, const CUtensorMap& do_map,
@@ -707,11 +707,11 @@ struct BackwardPlan {
   static constexpr int kKBytes = KVTile::kBytes;
   static constexpr int kQBytes = QTile::kBytes;
   static constexpr int kDqBytes = kDqParts * DqTile::kBytes;
-  // dSᵀ twice: a warpgroup may write the next tile's while the other still reads this one's.
+  // dSᵀ (or dS) twice: a warpgroup may write the next tile's while the other still reads this one's.
   static constexpr int kDsBuffers = 2;
   // mbarriers (K and V; one per stage), the per-stage counts of warps done with it.
   static constexpr int kBarrierBytes = 8 * (1 + kStages) + 4 * kStages;
-  // K, V; a Q and a dO tile per stage; dSᵀ; dQ; LSE and D [kQueries] fp32 per stage; the barriers;
+  // K, V; a Q and a dO tile per stage; dSᵀ or dS; dQ; LSE and D [kQueries] fp32 per stage; the barriers;
   // slack. With
   // dropout, each warpgroup's keep flags of a tile [64 queries][its 64 keys], one byte each, two
   // buffers, rows padded to 68 bytes (the four queries a warp reads at once then fall in distinct
@@ -965,18 +965,18 @@ __global__ void __launch_bounds__(256, 1)
     else
       warpgroup_barrier(warpgroup);
 
-    // dQ = dS·K for 64 queries (query_row0.. of the tile: dSᵀ's panel query_row0/64): A = dSᵀ
-    // [keys][queries] read M-major, B = K [keys][D] read N-major, the split of kDqParts above:
-    // over all 128 keys, or over this warpgroup's own 64 (k-steps 4w..4w+3).
+    // dQ of the tile. Transposed (80 queries): dQᵀ = Kᵀ·dSᵀ for this warpgroup's 64 columns of D over
+    // all 128 keys, A = K read M-major, B = dS [queries][keys] read K-major. Otherwise dQ = dS·K for
+    // 64 queries (query_row0.. of the tile: dSᵀ's panel query_row0/64): A = dSᵀ [keys][queries] read
+    // M-major, B = K [keys][D] read N-major, the split of kDqParts above: over all 128 keys, or over
+    // this warpgroup's own 64 (k-steps 4w..4w+3).
     constexpr int kDqSteps = Plan::kDqParts == 1 ? Plan::kKeys / 16 : 4;
     const int first_step = Plan::kDqParts == 1 ? 0 : 4 * warpgroup;
     const int query_row0 = Plan::kDqByQueryHalves ? 64 * warpgroup : 0;
-    // Transposed (80 queries): dQᵀ = Kᵀ·dSᵀ for this warpgroup's 64 columns of D, A = K read
-    // M-major, B = dS [queries][keys] read K-major.
     constexpr int kDqAccumulators = Plan::kDqTransposed ? Plan::kQueries / 2 : 32;
     float dq[kDqAccumulators];
-    wgmma_fence();
     if constexpr (Plan::kDqTransposed) {
+      wgmma_fence();
       const uint64_t k_t_desc = opaque(mn_major_base<KVTile>(sK, warpgroup * 64));
       const uint64_t ds_desc = opaque(k_major_base<DsTile>(sdSi, 0));
 #pragma unroll
@@ -988,6 +988,7 @@ __global__ void __launch_bounds__(256, 1)
                                        (query_row0 / 64) * DsTile::kPanelBytes + mn_major_step<DsTile>(first_step));
       const uint64_t k_t_desc =
           advance(opaque(mn_major_base<KVTile>(sK, D == 128 ? warpgroup * 64 : 0)), mn_major_step<KVTile>(first_step));
+      wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kDqSteps; ++kk)
         Wgmma<T, 64>::template ss<1, 1>(dq, advance(ds_desc, mn_major_step<DsTile>(kk)),
@@ -1009,7 +1010,7 @@ __global__ void __launch_bounds__(256, 1)
 
     // Each warpgroup writes its part of dQ (its 64 columns, its 64 queries, or its own partial tile)
     // and one of its threads hands it to the copy engine, which adds it into the accumulator a
-    // [64 rows][32 columns] box at a time (rows past N and columns past kDim are dropped): no
+    // [kDqBoxRows rows][32 columns] box at a time (rows past N and columns past kDim are dropped): no
     // block-wide barrier needed.
     const int part = Plan::kDqParts == 2 ? warpgroup : 0, column0 = D == 128 ? warpgroup * 64 : 0;
     const uint32_t dq_part = sDq + part * DqTile::kBytes;

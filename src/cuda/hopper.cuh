@@ -226,7 +226,8 @@ FLASHBENCH_DEFINE_WGMMA(__half, "f16")
 #define FLASHBENCH_WGMMA_REGS96                                                                            \
   FLASHBENCH_WGMMA_REGS64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, "   \
   "%79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95 "
-// Shapes for S = Q·Kᵀ of K/V tiles other than 64 or 128 keys, shared-memory operands only:
+// Shapes for S = Q·Kᵀ of K/V tiles other than 64 or 128 keys (and the backward's 80-query products
+// at d = 128), shared-memory operands only:
 // Wgmma<T, N> with ACCUMULATORS = N/2 accumulators (D: their asm operands, REGS: their numbers).
 // The operands after them are numbered on from ACCUMULATORS as in the ss above: PREDICATE is
 // `accumulate`'s number, OPERANDS the instruction's a, b, predicate and transposes.
@@ -244,7 +245,7 @@ FLASHBENCH_DEFINE_WGMMA(__half, "f16")
                    : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));                       \
     }                                                                                                     \
   };
-// 80 keys (d = 256), 112 (d = 192), 192 (d = 96 and 128).
+// 80 keys (d = 256; the backward's 80 queries at d = 128), 112 (d = 192), 192 (d = 96 and 128).
 #define FLASHBENCH_DEFINE_WGMMA_SS_SHAPES(T, PTX)                                                        \
   FLASHBENCH_DEFINE_WGMMA_SS(T, PTX, 80, 40, FLASHBENCH_WGMMA_D40, FLASHBENCH_WGMMA_REGS40, "%42",        \
                              "%40, %41, p, 1, 1, %43, %44")                                               \
