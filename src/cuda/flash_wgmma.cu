@@ -907,19 +907,9 @@ __global__ void __launch_bounds__(256, 1)
     uint32_t dsa[Plan::kQueries / 16][4];
 #pragma unroll
     for (int kk = 0; kk < Plan::kQueries / 16; ++kk) as_a_fragment<T>(dsa[kk], dpt, kk);
-    // dV += Pᵀ·dO and dK += dSᵀ·Q (scale applied once at the end), dO and Q read MN-major.
-    const uint64_t do_t_desc = mn_major_base<QTile>(sdOi, 0), q_t_desc = mn_major_base<QTile>(sQi, 0);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < Plan::kQueries / 16; ++kk)
-      Wgmma<T, D>::template rs<1>(dv, pa[kk], advance(do_t_desc, mn_major_step<QTile>(kk)), 1);
-#pragma unroll
-    for (int kk = 0; kk < Plan::kQueries / 16; ++kk)
-      Wgmma<T, D>::template rs<1>(dk, dsa[kk], advance(q_t_desc, mn_major_step<QTile>(kk)), 1);
-    wgmma_commit();
-
-    // dSᵀ into shared memory for dQ while those run: register pair (c, h) of the fragments is
-    // (key_local[h], queries 8c + 2t, +1); fragment kk = c/2 holds it in a[2·(c%2) + h]. Buffer
+    // dSᵀ into shared memory for dQ before the dK products take dsa as their A operand (registers a
+    // product reads may not be touched until it completes): register pair (c, h) of the fragments
+    // is (key_local[h], queries 8c + 2t, +1); fragment kk = c/2 holds it in a[2·(c%2) + h]. Buffer
     // `buffer` was last read by the dQ products of tile it − 2: with one dQ tile (kDqParts == 1),
     // both warpgroups finished them before they passed tile it − 1's block barrier; with partial
     // tiles, this warpgroup's own products alone read its rows, and each of its threads waited for
@@ -956,6 +946,17 @@ __global__ void __launch_bounds__(256, 1)
           *reinterpret_cast<uint32_t*>(row_base + 1024 * h + (c / 8) * DsTile::kPanelBytes +
                                        ((uint32_t(c % 8) ^ hidden_g) << 4)) = dsa[c / 2][2 * (c % 2) + h];
     }
+    // dV += Pᵀ·dO and dK += dSᵀ·Q (scale applied once at the end), dO and Q read MN-major.
+    const uint64_t do_t_desc = mn_major_base<QTile>(sdOi, 0), q_t_desc = mn_major_base<QTile>(sQi, 0);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Plan::kQueries / 16; ++kk)
+      Wgmma<T, D>::template rs<1>(dv, pa[kk], advance(do_t_desc, mn_major_step<QTile>(kk)), 1);
+#pragma unroll
+    for (int kk = 0; kk < Plan::kQueries / 16; ++kk)
+      Wgmma<T, D>::template rs<1>(dk, dsa[kk], advance(q_t_desc, mn_major_step<QTile>(kk)), 1);
+    wgmma_commit();
+
     fence_proxy_async();
     if (reducer) bulk_wait_read();  // this warpgroup's last dQ reduction has read its part of the tile
     // One dQ tile: all of dSᵀ is written (each warpgroup's products sum over both halves of the
