@@ -286,8 +286,7 @@ TEST_P(CudaWorkloads, EveryVariantMatchesModelAndFloat64) {
   const bool wgmma = c.dtype != Dtype::fp32 && cuda::compute_capability(0) == 90;
   auto v2_runs = [&](const Row& row) {
     if (c.head_dim == 64 || c.head_dim == 128) return true;
-    const bool on_wgmma = row.implementation() == "v2" && wgmma;
-    return on_wgmma;
+    return row.implementation() == "v2" && wgmma;
   };
   std::vector<Row> ran;
   for (const Row& row : rows) {

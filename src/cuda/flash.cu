@@ -30,8 +30,7 @@ std::optional<std::string> flash_unsupported(const LayerShape& shape, FlashKerne
   const int64_t d = shape.head_dim;
   if (d == 64 || d == 128) return std::nullopt;
   const bool wgmma = flash_uses_wgmma(shape.dtype, kernels);
-  if (wgmma && d == 96) return std::nullopt;
-  if (wgmma && (d == 192 || d == 256)) return std::nullopt;
+  if (wgmma && (d == 96 || d == 192 || d == 256)) return std::nullopt;
   return "v2 on CUDA is built for head_dim 64 and 128 (and 96, 192, 256 on the wgmma kernels: bf16/fp16 on "
          "compute capability 9.0), not " +
          std::to_string(d);

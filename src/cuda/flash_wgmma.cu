@@ -18,7 +18,8 @@
 //   dQ  = dS·K over the block's keys                (dSᵀ through shared memory, both MN-major; with
 //                                                    80 queries dQᵀ = Kᵀ·dSᵀ, dS stored [queries][keys])
 // Sᵀ and dPᵀ are two commit groups, so the exponentials start while dPᵀ is still on the tensor
-// cores, and dSᵀ is stored for dQ while the dV and dK products run. dQ goes to the fp32
+// cores, and dSᵀ is stored for dQ before the dV and dK products are issued (the dK products hold it
+// as their register A operand, which may not be read while they run). dQ goes to the fp32
 // accumulator by the copy engine's reductions (cp.reduce.async.bulk.tensor, [queries][32] boxes from a
 // swizzled tile) instead of per-element atomics; dK and dV once at the end. Past d = 128 that block
 // does not fit an SM, and wide_backward_kernel splits the products between the warpgroups instead.
@@ -591,8 +592,8 @@ struct QueryWalk {
 
 // By one whole warp: query tile `tile` into stage `stage` of the ring, Q and dO through the copy
 // engine (lane 0) into the QTiles at sQ and sdO ([stages] of them), LSE and D by cp.async (rows
-// lane, lane + 32, … below kQueries; zeros past N) into the fp32 rows at sLse and sRowDot ([stages][kQueries]), all
-// completing on `barrier` (1 + 32 arrivals a phase).
+// lane, lane + 32, … below kQueries; zeros past N) into the fp32 rows at sLse and sRowDot
+// ([stages][kQueries]), all completing on `barrier` (1 + 32 arrivals a phase).
 template <class QTile>
 __device__ __forceinline__ void fetch_query_tile(const CUtensorMap& q_map, const CUtensorMap& do_map,
                                                  const float* lse, const float* row_dot, int64_t seq,
