@@ -293,7 +293,10 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
   const bool causal = extents.causal;
   const int64_t head = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * Plan::kQueries;
   const int64_t offset = head * seq * kDim, kv_head = head / extents.group_size;
-  const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads;
+  // The warpgroup through a shuffle from lane 0: the compiler then knows it is the same across the
+  // warp, so what depends on it (this warpgroup's tile count, the loops' bounds and branches) stays
+  // warp-uniform, in uniform registers, as the products' descriptors need.
+  const int thread = threadIdx.x, warpgroup = __shfl_sync(0xffffffffu, thread / kWarpgroupThreads, 0);
   const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {q0 + warpgroup * 64 + warp * 16 + g, q0 + warpgroup * 64 + warp * 16 + g + 8};
 
