@@ -1549,7 +1549,7 @@ struct Kernels {
       // a head's 5⅓ blocks of 192 queries (N = 1K) split the triangle less evenly than 8 of 128.
       // Measured beside each other (round w9, d = 64, B·N = 16K, H = 16, bf16): at N = 1K two
       // warpgroups took 0.86x the time causal and 1.06x without a mask.
-      constexpr int64_t kThreeFrom = 2048;
+      constexpr int64_t kThreeFrom = 0;
       if (!shape.causal || shape.seq >= kThreeFrom)
         return forward_typed<T, D, kDim, kDropout, 3>(shape, Q, K, V, O, lse, stream);
     }
