@@ -320,6 +320,9 @@ INSTANTIATE_TEST_SUITE_P(
         // The d = 64 forward's three-warpgroup blocks (causal from N = 2048 on) with GQA and a
         // bottom-right mask shifted by N_k − N.
         WorkloadCase{"gqa_nk_more_causal_bf16_d64_long", 4, 2, 2053, 2200, 64, true, false, 0.0, Dtype::bf16},
+        // And with N_k < N: blocks whose first warpgroups' rows see no key while the last one's see
+        // the first tile (a warpgroup computes only the tiles its own rows see).
+        WorkloadCase{"gqa_nk_less_causal_fp16_d64_long", 4, 2, 2053, 1500, 64, true, false, 0.0, Dtype::fp16},
         WorkloadCase{"dropout_self_causal_bf16_d64", 3, 3, 257, 257, 64, true, false, 0.1, Dtype::bf16},
         WorkloadCase{"dropout_self_fp16_d128", 2, 2, 200, 200, 128, false, false, 0.3, Dtype::fp16},
         WorkloadCase{"dropout_gqa_nk_more_causal_fp16_d128", 4, 2, 130, 190, 128, true, false, 0.2, Dtype::fp16},

@@ -293,7 +293,10 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
   const bool causal = extents.causal;
   const int64_t head = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * Plan::kQueries;
   const int64_t offset = head * seq * kDim, kv_head = head / extents.group_size;
-  const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads;
+  // The warpgroup through a shuffle from lane 0: the compiler then knows it is the same across the
+  // warp, so what depends on it (this warpgroup's tile count, the loops' bounds and branches) stays
+  // warp-uniform, in uniform registers, as the products' descriptors need.
+  const int thread = threadIdx.x, warpgroup = __shfl_sync(0xffffffffu, thread / kWarpgroupThreads, 0);
   const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {q0 + warpgroup * 64 + warp * 16 + g, q0 + warpgroup * 64 + warp * 16 + g + 8};
 
@@ -301,6 +304,14 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
   // diagonal that starts below them) leaves O = 0.
   const int64_t last_key = causal ? min(q0 + Plan::kQueries - 1 + shift, seq_k - 1) : seq_k - 1;
   const int key_tiles = last_key < 0 ? 0 : int(last_key / Plan::kKeys) + 1;
+  // The tiles this warpgroup's 64 rows see: fewer than the block's where causal rows above its last
+  // stop short of its last tile (a warpgroup of 192-query blocks at d = 64 computed 11 % of its tiles
+  // with every key masked at N = 2K, 9 % at 4K), none for rows all past N. The block's last rows see
+  // every tile, so each tile still has a warpgroup that computes it.
+  const int64_t first_row = q0 + warpgroup * 64;
+  const int64_t last_key_here =
+      first_row >= seq ? -1 : causal ? min(min(first_row + 63, seq - 1) + shift, seq_k - 1) : seq_k - 1;
+  const int own_tiles = last_key_here < 0 ? 0 : min(key_tiles, int(last_key_here / Plan::kKeys) + 1);
 
   // By one thread: V_j into stage `stage`, completing on mbarrier `full`.
   auto load_value_tile = [&](int j, int stage, uint32_t full) {
@@ -357,9 +368,9 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
         keep_here + (j & 1) * kRows * Plan::kMaskLd, thread % kWarpgroupThreads);
   };
   if constexpr (kDropout) {
-    if (key_tiles > 0) draw_tile_flags(0);
+    if (own_tiles > 0) draw_tile_flags(0);
   }
-  if (key_tiles > 0) mbarrier_wait(q_full, 0);
+  if (own_tiles > 0) mbarrier_wait(q_full, 0);
 
   // S_j = Q·K_jᵀ [64 rows × kKeys keys] over the k-steps of the head dim that hold data, issued as
   // one commit group.
@@ -389,11 +400,11 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
   // The online softmax of tile j's scores s: masked scores (past N_k, or right of the diagonal) to 0,
   // the others to exp2(s·scale_log2 − m) with m the running max, l updated; sets alpha to α, the
   // factor that takes O from the old max to the new one. The test is skipped on interior tiles, where
-  // every key exists and every row of the block sees every key. The scores stay unscaled: the scale
-  // (> 0) goes into the maximum once and into each exponent's FMA.
+  // every key exists and every row of the warpgroup sees every key. The scores stay unscaled: the
+  // scale (> 0) goes into the maximum once and into each exponent's FMA.
   auto softmax_tile = [&](float (&s)[Plan::kKeys / 2], int j, float (&alpha)[2]) {
     const int64_t k0 = int64_t(j) * Plan::kKeys;
-    const bool interior = k0 + Plan::kKeys <= seq_k && (!causal || k0 + Plan::kKeys - 1 <= q0 + shift);
+    const bool interior = k0 + Plan::kKeys <= seq_k && (!causal || k0 + Plan::kKeys - 1 <= first_row + shift);
     float tile_max[2] = {-INFINITY, -INFINITY};
     if (!interior) {
       const int keys_left = int(min(seq_k - k0, int64_t(Plan::kKeys)));
@@ -473,7 +484,7 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
     pin(o);
   };
   if constexpr (Plan::kOverlapSoftmax) {
-    if (key_tiles > 0) {
+    if (own_tiles > 0) {
       k_ring.wait();
       issue_scores(s);
       wgmma_wait<0>();
@@ -482,7 +493,7 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
       softmax_tile(s, 0, alpha);  // O is 0: α_0 is not needed
       pack_probabilities();
     }
-    for (int j = 1; j < key_tiles; ++j) {
+    for (int j = 1; j < own_tiles; ++j) {
       k_ring.wait();  // K_j is in shared memory
       issue_scores(s);
       if (j > 1) rescale_output();  // by α_{j−1}
@@ -498,23 +509,23 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
       release_values(j - 1);
       pack_probabilities();
     }
-    if (key_tiles > 0) {
-      if (key_tiles > 1) rescale_output();
+    if (own_tiles > 0) {
+      if (own_tiles > 1) rescale_output();
       pin_operands();
       v_ring.wait();
       issue_values(o, p, values_desc());
       wgmma_wait<0>();
       pin(o);
-      release_values(key_tiles - 1);
+      release_values(own_tiles - 1);
     }
   } else {
-    for (int j = 0; j < key_tiles; ++j) {
+    for (int j = 0; j < own_tiles; ++j) {
       k_ring.wait();  // K_j and V_j are in shared memory
       if constexpr (kDropout) warpgroup_barrier(warpgroup);
       const uint64_t v_desc = values_desc();
       issue_scores(s);
       if constexpr (kDropout) {
-        if (j + 1 < key_tiles) draw_tile_flags(j + 1);  // while S is on the tensor cores
+        if (j + 1 < own_tiles) draw_tile_flags(j + 1);  // while S is on the tensor cores
       }
       wgmma_wait<0>();
       pin(s);
@@ -525,6 +536,17 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThread
       wgmma_wait<0>();
       pin(o);
       release_keys(j);  // K_j and V_j
+    }
+  }
+  // The block's tiles past this warpgroup's rows: each counted done once it is in shared memory, as
+  // the ring needs (a stage is refilled when all the block's warps have passed it, and waiting for
+  // tile j first keeps this warp's count of it from joining that of tile j − kStages).
+  for (int j = own_tiles; j < key_tiles; ++j) {
+    k_ring.wait();
+    release_keys(j);
+    if constexpr (Plan::kOverlapSoftmax) {
+      v_ring.wait();
+      release_values(j);
     }
   }
 
@@ -1527,7 +1549,7 @@ struct Kernels {
       // a head's 5⅓ blocks of 192 queries (N = 1K) split the triangle less evenly than 8 of 128.
       // Measured beside each other (round w9, d = 64, B·N = 16K, H = 16, bf16): at N = 1K two
       // warpgroups took 0.86x the time causal and 1.06x without a mask.
-      constexpr int64_t kThreeFrom = 2048;
+      constexpr int64_t kThreeFrom = 0;
       if (!shape.causal || shape.seq >= kThreeFrom)
         return forward_typed<T, D, kDim, kDropout, 3>(shape, Q, K, V, O, lse, stream);
     }
