@@ -158,8 +158,8 @@ std::vector<Case> all_cases() {
   // and its mbarrier's phase comes round again.
   for (Dtype t : {Dtype::bf16, Dtype::fp16})
     for (int64_t d : {64, 128}) cases.push_back({Variant::v2, t, 1000, d, false});
-  // The d = 64 forward in blocks of three warpgroups, which it takes from N = 2048 on and without a
-  // mask; two for causal rows below 2048 (the N = 383 causal cases above).
+  // The d = 64 forward's blocks of three warpgroups over enough rows that the causal ones' first
+  // warpgroups stop one key tile short of their block's last (each computes the tiles its rows see).
   for (Dtype t : {Dtype::bf16, Dtype::fp16}) cases.push_back({Variant::v2, t, 2053, 64, t == Dtype::bf16});
   // d = 96 on the wgmma kernels, zero-padded to 128-wide tiles: ragged tiles, N = 1, large logits.
   for (Dtype t : {Dtype::bf16, Dtype::fp16}) {
@@ -317,7 +317,7 @@ INSTANTIATE_TEST_SUITE_P(
         WorkloadCase{"long_keys_causal_bf16_d64", 2, 2, 16, 20000, 64, true, false, 0.0, Dtype::bf16},
         WorkloadCase{"long_keys_fp16_d64", 2, 2, 16, 20000, 64, false, false, 0.0, Dtype::fp16},
         WorkloadCase{"long_keys_fp32_d64", 1, 1, 16, 9000, 64, false, false, 0.0, Dtype::fp32},
-        // The d = 64 forward's three-warpgroup blocks (causal from N = 2048 on) with GQA and a
+        // The d = 64 forward's three-warpgroup blocks, long enough for many key tiles, with GQA and a
         // bottom-right mask shifted by N_k − N.
         WorkloadCase{"gqa_nk_more_causal_bf16_d64_long", 4, 2, 2053, 2200, 64, true, false, 0.0, Dtype::bf16},
         // And with N_k < N: blocks whose first warpgroups' rows see no key while the last one's see

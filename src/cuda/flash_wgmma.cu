@@ -197,17 +197,18 @@ __device__ __forceinline__ void add_product_by_column_chunks(float (&o)[D / 2], 
   }
 }
 
-// Warpgroups of 64 query rows a forward block: three fit at d = 64 without dropout, where 168
-// registers a thread (384 threads on an SM's 64K) hold O and a 128-key S, and each K/V tile then
-// serves 192 queries instead of 128; else two.
+// Warpgroups of 64 query rows a forward block: three where they fit, at d = 64 without dropout,
+// where 168 registers a thread (384 threads on an SM's 64K) hold O and a 128-key S, and each K/V
+// tile then serves 192 queries instead of 128; else two. Three at every N, causal or not: two had
+// split the causal triangle more evenly below N = 2K while every warpgroup computed all of its
+// block's tiles; since each computes only those its rows see (round w12), three took 0.89× the
+// time of two at N = 512 and 0.94× at 1K, causal.
 template <int D, bool kDropout>
-constexpr int kMostForwardWarpgroups = D == 64 && !kDropout ? 3 : 2;
+constexpr int kForwardWarpgroups = D == 64 && !kDropout ? 3 : 2;
 
-template <int D, bool kDropout, int kWarpgroupsOfBlock>
+template <int D, bool kDropout>
 struct ForwardPlan {
-  static_assert(kWarpgroupsOfBlock >= 2 && kWarpgroupsOfBlock <= kMostForwardWarpgroups<D, kDropout>,
-                "two warpgroups, or three where they fit");
-  static constexpr int kWarpgroups = kWarpgroupsOfBlock;
+  static constexpr int kWarpgroups = kForwardWarpgroups<D, kDropout>;
   static constexpr int kRowsPerWarpgroup = 64;
   static constexpr int kQueries = kWarpgroups * kRowsPerWarpgroup;  // per block
   // Keys per K/V tile, the most that two stages of K and V fit beside Q without dropout (fewer tiles
@@ -269,12 +270,12 @@ struct Extents {
 //     so P_{j−1} (16-bit A fragments) and S_j live at once (kKeys/4 + kKeys/2 registers a thread).
 //     K_j is done with a product before V_j, so K and V come in rings of their own (k_ring, v_ring),
 //     each refilled as soon as its tile is free.
-template <class T, int D, int kDim, bool kDropout, int kWarpgroups>
-__global__ void __launch_bounds__(ForwardPlan<D, kDropout, kWarpgroups>::kThreads, 1)
+template <class T, int D, int kDim, bool kDropout>
+__global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, T* __restrict__ O, float* __restrict__ lse,
                    Extents extents, float scale_log2, philox::DropoutMask dropout) {
-  using Plan = ForwardPlan<D, kDropout, kWarpgroups>;
+  using Plan = ForwardPlan<D, kDropout>;
   using QTile = typename Plan::QTile;
   using KVTile = typename Plan::KVTile;
   using Ring = StageRing<Plan::kStages, Plan::kWarps>;
@@ -1457,16 +1458,16 @@ CUtensorMap operand_map(const void* base, int64_t head_dim, int64_t rows, int64_
                            box_rows);
 }
 
-template <class T, int D, int kDim, bool kDropout, int kWarpgroups>
+template <class T, int D, int kDim, bool kDropout>
 void forward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    cudaStream_t stream) {
-  using Plan = ForwardPlan<D, kDropout, kWarpgroups>;
+  using Plan = ForwardPlan<D, kDropout>;
   constexpr int kSharedBytes = Plan::kSharedBytes + (kDropout ? Plan::kMaskBytes : 0);
-  check_cuda(cudaFuncSetAttribute(forward_kernel<T, D, kDim, kDropout, kWarpgroups>,
+  check_cuda(cudaFuncSetAttribute(forward_kernel<T, D, kDim, kDropout>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
              "cudaFuncSetAttribute(forward_kernel)");
   const int64_t heads = shape.heads_total, kv_heads = shape.kv_heads_total();
-  forward_kernel<T, D, kDim, kDropout, kWarpgroups>
+  forward_kernel<T, D, kDim, kDropout>
       <<<tile_grid(shape, Plan::kQueries), Plan::kThreads, kSharedBytes, stream>>>(
       operand_map<T>(Q, kDim, shape.seq, heads, Plan::kQueries), operand_map<T>(K, kDim, shape.seq_k, kv_heads, Plan::kKeys),
       operand_map<T>(V, kDim, shape.seq_k, kv_heads, Plan::kKeys), static_cast<T*>(O), lse, Extents::of(shape),
@@ -1544,16 +1545,7 @@ template <class T, int D, int kDim, bool kDropout>
 struct Kernels {
   static void forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                       cudaStream_t stream) {
-    if constexpr (kMostForwardWarpgroups<D, kDropout> == 3) {
-      // Blocks of three warpgroups where they fit, but for causal rows shorter than kThreeFrom, where
-      // a head's 5⅓ blocks of 192 queries (N = 1K) split the triangle less evenly than 8 of 128.
-      // Measured beside each other (round w9, d = 64, B·N = 16K, H = 16, bf16): at N = 1K two
-      // warpgroups took 0.86x the time causal and 1.06x without a mask.
-      constexpr int64_t kThreeFrom = 0;
-      if (!shape.causal || shape.seq >= kThreeFrom)
-        return forward_typed<T, D, kDim, kDropout, 3>(shape, Q, K, V, O, lse, stream);
-    }
-    forward_typed<T, D, kDim, kDropout, 2>(shape, Q, K, V, O, lse, stream);
+    forward_typed<T, D, kDim, kDropout>(shape, Q, K, V, O, lse, stream);
   }
   static void backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
                        const float* lse, const float* row_dot, float* dq, float* dkv, cudaStream_t stream) {
