@@ -161,6 +161,9 @@ std::vector<Case> all_cases() {
   // The d = 64 forward's blocks of three warpgroups over enough rows that the causal ones' first
   // warpgroups stop one key tile short of their block's last (each computes the tiles its rows see).
   for (Dtype t : {Dtype::bf16, Dtype::fp16}) cases.push_back({Variant::v2, t, 2053, 64, t == Dtype::bf16});
+  // And causal with a last block of 80 rows (N = 2000 = 10·192 + 80): its middle warpgroup holds 16
+  // rows, its last none, so they see fewer tiles than the block or none at all.
+  cases.push_back({Variant::v2, Dtype::fp16, 2000, 64, true});
   // d = 96 on the wgmma kernels, zero-padded to 128-wide tiles: ragged tiles, N = 1, large logits.
   for (Dtype t : {Dtype::bf16, Dtype::fp16}) {
     for (bool causal : {false, true}) cases.push_back({Variant::v2, t, 383, 96, causal});

@@ -306,9 +306,9 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
   const int64_t last_key = causal ? min(q0 + Plan::kQueries - 1 + shift, seq_k - 1) : seq_k - 1;
   const int key_tiles = last_key < 0 ? 0 : int(last_key / Plan::kKeys) + 1;
   // The tiles this warpgroup's 64 rows see: fewer than the block's where causal rows above its last
-  // stop short of its last tile (a warpgroup of 192-query blocks at d = 64 computed 11 % of its tiles
-  // with every key masked at N = 2K, 9 % at 4K), none for rows all past N. The block's last rows see
-  // every tile, so each tile still has a warpgroup that computes it.
+  // stop short of its last tile (the warpgroups of 192-query blocks at d = 64 had computed 1.11× the
+  // tiles their rows see at N = 2K, 1.09× at 4K), none for rows all past N. The block's last rows
+  // see every tile, so each tile still has a warpgroup that computes it.
   const int64_t first_row = q0 + warpgroup * 64;
   const int64_t last_key_here =
       first_row >= seq ? -1 : causal ? min(min(first_row + 63, seq - 1) + shift, seq_k - 1) : seq_k - 1;
