@@ -309,9 +309,10 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
   // stop short of its last tile (the warpgroups of 192-query blocks at d = 64 had computed 1.11× the
   // tiles their rows see at N = 2K, 1.09× at 4K), none for rows all past N. The block's last rows
   // see every tile, so each tile still has a warpgroup that computes it.
-  const int64_t first_row = q0 + warpgroup * 64;
-  const int64_t last_key_here =
-      first_row >= seq ? -1 : causal ? min(min(first_row + 63, seq - 1) + shift, seq_k - 1) : seq_k - 1;
+  const int64_t first_row = q0 + warpgroup * Plan::kRowsPerWarpgroup;
+  const int64_t last_key_here = first_row >= seq ? -1
+                                : causal ? min(min(first_row + Plan::kRowsPerWarpgroup - 1, seq - 1) + shift, seq_k - 1)
+                                         : seq_k - 1;
   const int own_tiles = last_key_here < 0 ? 0 : min(key_tiles, int(last_key_here / Plan::kKeys) + 1);
 
   // By one thread: V_j into stage `stage`, completing on mbarrier `full`.
