@@ -332,17 +332,14 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
     mbarrier_arrive_expect_bytes(full, KVTile::kBytes);
     load_value_tile(j, stage, full);
   };
-  // This warp is done with tile j of its ring (its lane 0 counts it); the last of the block's warps
-  // refills the stage with tile j + kStages. Then the ring moves on.
-  auto release_keys = [&](int j) {  // K_j (and V_j in turn)
-    if (lane == 0 && k_ring.count_done() && j + Plan::kStages < key_tiles) fetch_key_tile(j + Plan::kStages, k_ring.stage);
-    k_ring.advance();
+  // This warp is done with tile j of `ring` (its lane 0 counts it); the last of the block's warps
+  // refills the stage with tile j + kStages, by fetch(tile, stage). Then the ring moves on.
+  auto release = [&](Ring& ring, int j, const auto& fetch) {
+    if (lane == 0 && ring.count_done() && j + Plan::kStages < key_tiles) fetch(j + Plan::kStages, ring.stage);
+    ring.advance();
   };
-  auto release_values = [&](int j) {
-    if (lane == 0 && v_ring.count_done() && j + Plan::kStages < key_tiles)
-      fetch_value_tile(j + Plan::kStages, v_ring.stage);
-    v_ring.advance();
-  };
+  auto release_keys = [&](int j) { release(k_ring, j, fetch_key_tile); };  // K_j (and V_j in turn)
+  auto release_values = [&](int j) { release(v_ring, j, fetch_value_tile); };
   if (thread == 0) {
     mbarrier_init(q_full, 1);
     k_ring.init(shared_raw, 1);
@@ -471,12 +468,13 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[4 * c + e] *= alpha[e / 2];
   };
-  // In the overlapped loop nothing pins P after its packing, so in principle the compiler could sink
-  // the packing (a read of S) past the fence of the next S product; the build measured keeps it above
-  // (a pin there changes the machine code: round w10 left it for a GPU).
+  // P to 16 bits, pinned there: the packing reads S, which the next S product overwrites, so it
+  // stays before that product's fence (the overlapped loop issues the product next).
   auto pack_probabilities = [&] {
 #pragma unroll
     for (int kk = 0; kk < Plan::kKeys / 16; ++kk) as_a_fragment<T>(p[kk], s, kk);
+#pragma unroll
+    for (int kk = 0; kk < Plan::kKeys / 16; ++kk) pin(p[kk]);
   };
   // Ties O and P to this point: their writes (O's scaling, P's packing) stay before the fence of the
   // product that reads them, and after a wait, the end of that product's reads stays before them.
@@ -498,7 +496,9 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
     for (int j = 1; j < own_tiles; ++j) {
       k_ring.wait();  // K_j is in shared memory
       issue_scores(s);
-      if (j > 1) rescale_output();  // by α_{j−1}
+      // By α_{j−1}. Not at j = 1, where O is 0: scaling its zeros by α_0 = 0 too (no branch) made
+      // ptxas serialize the d = 96 kernel's products for want of registers.
+      if (j > 1) rescale_output();
       pin_operands();
       v_ring.wait();  // V_{j−1}
       issue_values(o, p, values_desc());
@@ -534,6 +534,7 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
       softmax_tile(s, j, alpha);
       rescale_output();  // α_0 = 0 multiplies the zeros of O
       pack_probabilities();
+      pin_operands();
       issue_values(o, p, v_desc);
       wgmma_wait<0>();
       pin(o);
