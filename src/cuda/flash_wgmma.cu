@@ -299,21 +299,23 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
   // warp-uniform, in uniform registers, as the products' descriptors need.
   const int thread = threadIdx.x, warpgroup = __shfl_sync(0xffffffffu, thread / kWarpgroupThreads, 0);
   const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
-  const int64_t row[2] = {q0 + warpgroup * 64 + warp * 16 + g, q0 + warpgroup * 64 + warp * 16 + g + 8};
-
-  // The last key any row of the block sees; none at all (a block of rows above a bottom-right
-  // diagonal that starts below them) leaves O = 0.
-  const int64_t last_key = causal ? min(q0 + Plan::kQueries - 1 + shift, seq_k - 1) : seq_k - 1;
-  const int key_tiles = last_key < 0 ? 0 : int(last_key / Plan::kKeys) + 1;
-  // The tiles this warpgroup's 64 rows see: fewer than the block's where causal rows above its last
-  // stop short of its last tile (the warpgroups of 192-query blocks at d = 64 had computed 1.11× the
-  // tiles their rows see at N = 2K, 1.09× at 4K), none for rows all past N. The block's last rows
-  // see every tile, so each tile still has a warpgroup that computes it.
   const int64_t first_row = q0 + warpgroup * Plan::kRowsPerWarpgroup;
-  const int64_t last_key_here = first_row >= seq ? -1
-                                : causal ? min(min(first_row + Plan::kRowsPerWarpgroup - 1, seq - 1) + shift, seq_k - 1)
-                                         : seq_k - 1;
-  const int own_tiles = last_key_here < 0 ? 0 : min(key_tiles, int(last_key_here / Plan::kKeys) + 1);
+  const int64_t row[2] = {first_row + warp * 16 + g, first_row + warp * 16 + g + 8};
+
+  // The key tiles rows [first, first + rows) see: up to the last row's last key (the last row of the
+  // problem for rows past N); none for rows all past N, or for rows above a bottom-right diagonal
+  // that starts below them (their O stays 0).
+  auto tiles_seen = [&](int64_t first, int64_t rows) {
+    const int64_t last_key =
+        first >= seq ? -1 : causal ? min(min(first + rows - 1, seq - 1) + shift, seq_k - 1) : seq_k - 1;
+    return last_key < 0 ? 0 : int(last_key / Plan::kKeys) + 1;
+  };
+  // The block's tiles, and those of this warpgroup's rows: fewer where causal rows above the block's
+  // last stop short of its last tile (the warpgroups of 192-query blocks at d = 64 had computed 1.11×
+  // the tiles their rows see at N = 2K, 1.09× at 4K). The block's last rows see every tile, so each
+  // tile still has a warpgroup that computes it.
+  const int key_tiles = tiles_seen(q0, Plan::kQueries);
+  const int own_tiles = tiles_seen(first_row, Plan::kRowsPerWarpgroup);
 
   // By one thread: V_j into stage `stage`, completing on mbarrier `full`.
   auto load_value_tile = [&](int j, int stage, uint32_t full) {
