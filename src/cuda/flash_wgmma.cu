@@ -319,16 +319,15 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
   const int key_tiles = tiles_seen(q0, Plan::kQueries);
   const int own_tiles = tiles_seen(first_row, Plan::kRowsPerWarpgroup);
   // The warpgroup's last tile holds keys none of its rows see where it ends past N_k or past the
-  // causal diagonal. Its two products (S, and O += P·V) then take the narrowest width, 64 or 128
-  // keys, that holds the keys its rows see: `last_width` (kKeys where nothing narrower does). The
-  // keys past that width are masked to −∞ by the softmax's test whatever their registers hold (such
-  // a tile is never interior), and their P, 0, adds nothing to O.
+  // causal diagonal. In the overlapped loop its O += P·V then runs over the narrowest width, 64 or
+  // 128 keys, that holds the keys its rows see: `last_width` (kKeys where nothing narrower does);
+  // past it P is 0. (Narrowing the S products too, or the in-turn loop's, made ptxas serialize
+  // the products (C7511) or spill at d = 96 and 128, and the d = 64 forward 1.06–1.14× slower.)
   const int keys_in_last_tile =
       own_tiles > 0 ? int(last_key_seen(first_row, Plan::kRowsPerWarpgroup) - int64_t(own_tiles - 1) * Plan::kKeys) + 1 : 0;
   const int last_width = keys_in_last_tile <= 64 && Plan::kKeys > 64     ? 64
                          : keys_in_last_tile <= 128 && Plan::kKeys > 128 ? 128
                                                                          : Plan::kKeys;
-  auto width_of = [&](int j) { return j == own_tiles - 1 ? last_width : Plan::kKeys; };
 
   // By one thread: V_j into stage `stage`, completing on mbarrier `full`.
   auto load_value_tile = [&](int j, int stage, uint32_t full) {
@@ -386,47 +385,40 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
   }
   if (own_tiles > 0) mbarrier_wait(q_full, 0);
 
-  // S_j = Q·K_jᵀ [64 rows × `width` keys: 64, 128 or kKeys; the rest of s is left as it was] over the
-  // k-steps of the head dim that hold data, issued as one commit group.
-  auto issue_scores = [&](float (&s)[Plan::kKeys / 2], int width) {
+  // S_j = Q·K_jᵀ [64 rows × kKeys keys] over the k-steps of the head dim that hold data, issued as
+  // one commit group.
+  auto issue_scores = [&](float (&s)[Plan::kKeys / 2]) {
     const uint64_t q_desc = opaque(k_major_base<QTile>(sQ, warpgroup * 64));
     const uint64_t k_desc = k_major_base<KVTile>(sK + k_ring.stage * KVTile::kBytes, 0);
-    auto product = [&](auto keys) {
-      constexpr int kWidth = decltype(keys)::value;
-#pragma unroll
-      for (int kk = 0; kk < kDepthSteps<kDim>; ++kk)
-        Wgmma<T, kWidth>::template ss<0, 0>(*reinterpret_cast<float(*)[kWidth / 2]>(&s[0]),
-                                            advance(q_desc, k_major_step<QTile>(kk)),
-                                            advance(k_desc, k_major_step<KVTile>(kk)), kk > 0);
-    };
     wgmma_fence();
-    if (Plan::kKeys > 64 && width == 64)
-      product(std::integral_constant<int, 64>{});
-    else if (Plan::kKeys > 128 && width == 128)
-      product(std::integral_constant<int, (Plan::kKeys > 128 ? 128 : 64)>{});
-    else
-      product(std::integral_constant<int, Plan::kKeys>{});
+#pragma unroll
+    for (int kk = 0; kk < kDepthSteps<kDim>; ++kk)
+      Wgmma<T, Plan::kKeys>::template ss<0, 0>(s, advance(q_desc, k_major_step<QTile>(kk)),
+                                                advance(k_desc, k_major_step<KVTile>(kk)), kk > 0);
     wgmma_commit();
   };
-  // O += P·V over the tile's first `width` keys (64, 128 or kKeys), P from registers (16-bit A
-  // fragments), V [keys × D] read MN-major, one commit group.
+  // The product's width as a compile-time constant (std::integral_constant; chosen at run time
+  // inside the product, the branches made ptxas serialize the products): with_width(width, f)
+  // calls f with 64, 128 or kKeys as such a constant.
+  using FullWidth = std::integral_constant<int, Plan::kKeys>;
+  auto with_width = [&](int width, const auto& f) {
+    if (Plan::kKeys > 64 && width == 64)
+      f(std::integral_constant<int, 64>{});
+    else if (Plan::kKeys > 128 && width == 128)
+      f(std::integral_constant<int, (Plan::kKeys > 128 ? 128 : 64)>{});
+    else
+      f(FullWidth{});
+  };
+  // O += P·V over the width's keys, P from registers (16-bit A fragments), V [keys × D] read
+  // MN-major, one commit group.
   // V's descriptor: of the current stage of v_ring, or of k_ring where one ring holds K and V.
   auto values_desc = [&] {
     return mn_major_base<KVTile>(sV + (Plan::kOverlapSoftmax ? v_ring.stage : k_ring.stage) * KVTile::kBytes, 0);
   };
-  auto issue_values = [&](float (&o)[D / 2], const uint32_t (&p)[Plan::kKeys / 16][4], uint64_t v_desc, int width) {
-    auto product = [&](auto keys) {
-#pragma unroll
-      for (int kk = 0; kk < decltype(keys)::value / 16; ++kk)
-        add_product_by_column_chunks<T, D, KVTile>(o, p[kk], v_desc, kk);
-    };
+  auto issue_values = [&](float (&o)[D / 2], const uint32_t (&p)[Plan::kKeys / 16][4], uint64_t v_desc, auto width) {
     wgmma_fence();
-    if (Plan::kKeys > 64 && width == 64)
-      product(std::integral_constant<int, 64>{});
-    else if (Plan::kKeys > 128 && width == 128)
-      product(std::integral_constant<int, (Plan::kKeys > 128 ? 128 : 64)>{});
-    else
-      product(std::integral_constant<int, Plan::kKeys>{});
+#pragma unroll
+    for (int kk = 0; kk < decltype(width)::value / 16; ++kk) add_product_by_column_chunks<T, D, KVTile>(o, p[kk], v_desc, kk);
     wgmma_commit();
   };
 
@@ -521,7 +513,7 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
   if constexpr (Plan::kOverlapSoftmax) {
     if (own_tiles > 0) {
       k_ring.wait();
-      issue_scores(s, width_of(0));
+      issue_scores(s);
       wgmma_wait<0>();
       pin(s);
       release_keys(0);
@@ -530,13 +522,13 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
     }
     for (int j = 1; j < own_tiles; ++j) {
       k_ring.wait();  // K_j is in shared memory
-      issue_scores(s, width_of(j));
+      issue_scores(s);
       // By α_{j−1}. Not at j = 1, where O is 0: scaling its zeros by α_0 = 0 too (no branch) made
       // ptxas serialize the d = 96 kernel's products for want of registers.
       if (j > 1) rescale_output();
       pin_operands();
       v_ring.wait();  // V_{j−1}, not the last tile
-      issue_values(o, p, values_desc(), Plan::kKeys);
+      issue_values(o, p, values_desc(), FullWidth{});
       wgmma_wait<1>();
       pin(s);
       release_keys(j);
@@ -550,7 +542,7 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
       if (own_tiles > 1) rescale_output();
       pin_operands();
       v_ring.wait();
-      issue_values(o, p, values_desc(), last_width);
+      with_width(last_width, [&](auto width) { issue_values(o, p, values_desc(), width); });
       wgmma_wait<0>();
       pin(o);
       release_values(own_tiles - 1);
@@ -560,7 +552,7 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
       k_ring.wait();  // K_j and V_j are in shared memory
       if constexpr (kDropout) warpgroup_barrier(warpgroup);
       const uint64_t v_desc = values_desc();
-      issue_scores(s, width_of(j));
+      issue_scores(s);
       if constexpr (kDropout) {
         if (j + 1 < own_tiles) draw_tile_flags(j + 1);  // while S is on the tensor cores
       }
@@ -570,7 +562,7 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
       rescale_output();  // α_0 = 0 multiplies the zeros of O
       pack_probabilities();
       pin_operands();
-      issue_values(o, p, v_desc, width_of(j));
+      issue_values(o, p, v_desc, FullWidth{});
       wgmma_wait<0>();
       pin(o);
       release_keys(j);  // K_j and V_j
