@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Compiler launcher of the sm_90a (wgmma) kernels: runs the compile command it is given, passes its
+# output through, and fails the compile when ptxas reports that it serialized a kernel's wgmma
+# products (message C7511, "wgmma.mma_async instructions are serialized"). ptxas prints that as an
+# info line and succeeds, and -Werror does not catch it, yet it costs a kernel much of its speed:
+# every product then waits for the one before it (docs/cuda-notes.md, rounds w12 and w13).
+#
+#   scripts/ptxas-guard.sh COMMAND [ARGS...]     (CMake: CUDA_COMPILER_LAUNCHER; FLASHBENCH_PTXAS_GUARD)
+#
+# Exit: the command's status when it fails; 1 when it succeeds but ptxas serialized products; else 0.
+set -uo pipefail
+if [ $# -eq 0 ]; then
+  echo "usage: scripts/ptxas-guard.sh COMMAND [ARGS...]" >&2
+  exit 2
+fi
+out=$(mktemp) && err=$(mktemp) || { echo "ptxas-guard.sh: cannot create temporary files" >&2; exit 1; }
+trap 'rm -f "$out" "$err"' EXIT
+"$@" > "$out" 2> "$err"
+status=$?
+cat "$out"
+cat "$err" >&2
+if [ "$status" -ne 0 ]; then
+  exit "$status"
+fi
+if grep -q "(C7511)" "$out" "$err"; then
+  kernels=$(grep -ho "(C7511).*function '[^']*'" "$out" "$err" | grep -o "'[^']*'" | tr -d "'" | sort -u)
+  if command -v c++filt > /dev/null; then kernels=$(c++filt -p <<< "$kernels"); fi
+  kernels=$(paste -sd';' <<< "$kernels" | sed 's/;/; /g')
+  echo "error: ptxas serialized the wgmma products (C7511) of ${kernels:-a kernel}: restructure the kernel" \
+       "(register pressure around its products), or configure with -DFLASHBENCH_PTXAS_GUARD=OFF to build anyway" >&2
+  exit 1
+fi
+exit 0
