@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Compiler launcher of the sm_90a (wgmma) kernels: runs the compile command it is given, passes its
 # output through, and fails the compile when ptxas reports that it serialized a kernel's wgmma
-# products (message C7511, "wgmma.mma_async instructions are serialized"). ptxas prints that as an
-# info line and succeeds, and -Werror does not catch it, yet it costs a kernel much of its speed:
-# every product then waits for the one before it (docs/cuda-notes.md, rounds w12 and w13).
+# products ("Potential Performance Loss: wgmma.mma_async instructions are serialized", under codes
+# such as C7511 for want of registers). ptxas prints that as an info line and succeeds, and -Werror
+# does not catch it, yet it costs a kernel much of its speed: every product then waits for the one
+# before it (docs/cuda-notes.md, rounds w12 and w13).
 #
 #   scripts/ptxas-guard.sh COMMAND [ARGS...]     (CMake: CUDA_COMPILER_LAUNCHER; FLASHBENCH_PTXAS_GUARD)
 #
@@ -13,8 +14,9 @@ if [ $# -eq 0 ]; then
   echo "usage: scripts/ptxas-guard.sh COMMAND [ARGS...]" >&2
   exit 2
 fi
-out=$(mktemp) && err=$(mktemp) || { echo "ptxas-guard.sh: cannot create temporary files" >&2; exit 1; }
+out="" err=""
 trap 'rm -f "$out" "$err"' EXIT
+out=$(mktemp) && err=$(mktemp) || { echo "ptxas-guard.sh: cannot create temporary files" >&2; exit 1; }
 "$@" > "$out" 2> "$err"
 status=$?
 cat "$out"
@@ -22,12 +24,14 @@ cat "$err" >&2
 if [ "$status" -ne 0 ]; then
   exit "$status"
 fi
-if grep -q "(C7511)" "$out" "$err"; then
-  kernels=$(grep -ho "(C7511).*function '[^']*'" "$out" "$err" | grep -o "'[^']*'" | tr -d "'" | sort -u)
+serialized="ptxas.*Potential Performance Loss: wgmma.mma_async instructions are serialized"
+if grep -q "$serialized" "$out" "$err"; then
+  codes=$(grep -h "$serialized" "$out" "$err" | grep -o "(C[0-9]*)" | sort -u | paste -sd' ')
+  kernels=$(grep -h "$serialized" "$out" "$err" | grep -o "function '[^']*'" | cut -d"'" -f2 | sort -u)
   if command -v c++filt > /dev/null; then kernels=$(c++filt -p <<< "$kernels"); fi
   kernels=$(paste -sd';' <<< "$kernels" | sed 's/;/; /g')
-  echo "error: ptxas serialized the wgmma products (C7511) of ${kernels:-a kernel}: restructure the kernel" \
-       "(register pressure around its products), or configure with -DFLASHBENCH_PTXAS_GUARD=OFF to build anyway" >&2
+  echo "error: ptxas serialized the wgmma products ${codes:+$codes }of ${kernels:-a kernel}: restructure the" \
+       "kernel (register pressure around its products), or configure with -DFLASHBENCH_PTXAS_GUARD=OFF to build anyway" >&2
   exit 1
 fi
 exit 0

@@ -1,7 +1,8 @@
 """scripts/ptxas-guard.sh, the compiler launcher of the sm_90a kernels: it passes a compile's output
 and status through, and fails a compile that succeeded when ptxas reported serialized wgmma products
-(C7511), naming the kernels; other ptxas info lines (C7519, the register reports) pass. The compile
-here is a stand-in command that prints what ptxas prints, so no CUDA is needed.
+(C7511 for want of registers, or another code with the same message), naming the kernels and codes;
+other ptxas info lines (C7519, the register reports) and other text that mentions C7511 pass. The
+compile here is a stand-in command that prints what ptxas prints, so no CUDA is needed.
 
 Run by CTest as: python3 ptxas_guard_test.py FLASHBENCH_BINARY SOURCE_DIR.
 """
@@ -15,6 +16,8 @@ GUARD = os.path.join(SOURCE_DIR, "scripts", "ptxas-guard.sh")
 KERNEL = "_ZN10flashbench4cuda14forward_kernelI6__halfLi128ELi96ELb0EEEvv"
 C7511 = ("ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized "
          f"due to insufficient register resources for the wgmma pipeline in the function '{KERNEL}'")
+C7515 = C7511.replace("(C7511)", "(C7515)").replace("insufficient register resources for the wgmma pipeline",
+                                                 "non wgmma instructions defining accumulator registers")
 C7519 = (f"ptxas info    : (C7519) warpgroup.arrive is injected in around line 10 by compiler to allow use "
          f"of registers in GMMA in function '{KERNEL}'")
 
@@ -34,12 +37,18 @@ class PtxasGuard(unittest.TestCase):
                 error = result.stderr.strip().splitlines()[-1]
                 self.assertTrue(error.startswith("error: ptxas serialized the wgmma products (C7511)"), error)
                 self.assertIn("forward_kernel", error)
+                self.assertIn("(C7511)", error)
                 self.assertIn("FLASHBENCH_PTXAS_GUARD=OFF", error)
 
+    def test_any_code_of_the_serialization_message_fails(self):
+        result = guard(f'echo "{C7515}"; exit 0')
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("(C7515)", result.stderr.strip().splitlines()[-1])
+
     def test_other_info_lines_and_the_output_pass_through(self):
-        result = guard(f'echo compiled; echo "{C7519}" >&2; exit 0')
+        result = guard(f'echo compiled; echo "{C7519}" >&2; echo "see C7511 in the notes"; exit 0')
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(result.stdout, "compiled\n")
+        self.assertEqual(result.stdout, "compiled\nsee C7511 in the notes\n")
         self.assertEqual(result.stderr, C7519 + "\n")
 
     def test_a_failed_compile_keeps_its_status_and_message(self):
