@@ -25,9 +25,9 @@ if [ "$status" -ne 0 ]; then
   exit "$status"
 fi
 serialized="ptxas.*Potential Performance Loss: wgmma.mma_async instructions are serialized"
-if grep -q "$serialized" "$out" "$err"; then
-  codes=$(grep -h "$serialized" "$out" "$err" | grep -o "(C[0-9]*)" | sort -u | paste -sd' ')
-  kernels=$(grep -h "$serialized" "$out" "$err" | grep -o "function '[^']*'" | cut -d"'" -f2 | sort -u)
+if lines=$(grep -h "$serialized" "$out" "$err"); then
+  codes=$(grep -o "(C[0-9]*)" <<< "$lines" | sort -u | paste -sd' ')
+  kernels=$(grep -o "function '[^']*'" <<< "$lines" | cut -d"'" -f2 | sort -u)
   if command -v c++filt > /dev/null; then kernels=$(c++filt -p <<< "$kernels"); fi
   kernels=$(paste -sd';' <<< "$kernels" | sed 's/;/; /g')
   echo "error: ptxas serialized the wgmma products ${codes:+$codes }of ${kernels:-a kernel}: restructure the" \
