@@ -27,7 +27,8 @@
 // Tiles arrive by the copy engine (TMA, one thread names a tile in a tensor map) on mbarriers, two
 // stages deep; the last warp of the block to finish with a stage refills it. So the threads that
 // compute issue no copies, and the warpgroups never wait for each other at a block barrier in the
-// forward pass, and at one per tile in the backward (none at d = 64).
+// forward pass; in the backward, without dropout, each forms a tile's dQ during the next tile, from
+// the other's half of dS handed over by named barriers, and at one per tile with dropout at D = 128.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -132,6 +133,15 @@ __device__ __forceinline__ void named_barrier_sync() {
 template <int kId, int kThreads>
 __device__ __forceinline__ void named_barrier_arrive() {
   asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+}
+// The same with the id chosen at run time (warp-uniform).
+template <int kThreads>
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+template <int kThreads>
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
 }
 
 // A ring of kStages tile buffers that the copy engine fills: stage s completes on the mbarrier at
@@ -732,6 +742,21 @@ struct BackwardPlan {
   // 80 queries are no multiple of the 64 rows of a product, so dQ is formed transposed:
   // dQᵀ = Kᵀ·dSᵀ [D][queries], each warpgroup 64 of D's rows, dS stored [queries][keys].
   static constexpr bool kDqTransposed = kQueries == 80;
+  // With dQ transposed, a warpgroup forms tile i's dQ during tile i + 1, once that tile's dS is stored
+  // and its dV and dK products are issued. The other warpgroup's half of dS_i is long stored by then,
+  // so neither waits for the other at a fixed point of each tile: a block barrier a tile (round w11's
+  // ncu) kept the two in lock-step, their softmax phases together, with the tensor cores idle under
+  // both. The registers are as before: dQ's 40 are live beside dK, dV and the A fragments, as in the
+  // undeferred order. The hand-overs, by named barriers of both warpgroups (ids 1 and 2 are each
+  // warpgroup's own), warpgroup w arriving, the other waiting, b the dS buffer:
+  //   kDsStoredBarrier + 2w + b: w's half of the dS in buffer b is stored (before the other's dQ);
+  //   kDsReadBarrier + 2w + b:   w's dQ products have read buffer b (before the other stores in it).
+  // One id per buffer: an id is reused two tiles on, after its waiter has passed its last use.
+  static constexpr bool kDqDeferred = !kDropout && (kQueries == 80 || kQueries == 128);
+  static constexpr int kDsStoredBarrier = 3;
+  static constexpr int kDsReadBarrier = 7;
+  static_assert(kDsStoredBarrier > 2 && kDsReadBarrier >= kDsStoredBarrier + 4 && kDsReadBarrier + 4 <= 16,
+                "named barriers: 16 a block, 0 the block's, 1 and 2 the warpgroups' own");
   static constexpr int kThreads = 2 * kWarpgroupThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kStages = 2;    // query tiles (Q, dO, LSE, D) in flight
@@ -774,6 +799,8 @@ struct BackwardPlan {
   static constexpr int kSharedBytes = 2 * kKBytes + 2 * kStages * kQBytes + kDsBuffers * DsTile::kBytes + kDqBytes +
                                       2 * kStages * kQueries * 4 + kBarrierBytes + kMaskBytes + 1024;
   static_assert(kSharedBytes <= 227 * 1024, "an H100/H200 block has at most 227 KiB of shared memory");
+  // kDqDeferred's first products read a dS tile's bytes from K's tile on (K, then V: read only).
+  static_assert(!kDqDeferred || DsTile::kBytes <= 2 * kKBytes, "the first tile's dropped dQ products stay in K and V");
 };
 
 // grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
@@ -787,9 +814,10 @@ struct BackwardPlan {
 //
 // Query tile `it` arrives on mbarrier full[it % kStages]: Q and dO by the copy engine, LSE and D
 // by cp.async of the warp that issued it; the last of the block's 8 warps to finish with a stage
-// refills it. The warpgroups meet once per tile where each one's dQ products need both halves of
-// dSᵀ (its columns at D = 128, its query half at d = 64 without dropout), and never at d = 64 with
-// dropout, where each reduces a partial dQ over its own keys.
+// refills it. Each warpgroup's dQ products need both halves of dSᵀ (its columns at D = 128, its query
+// half at d = 64) but at d = 64 with dropout, where each reduces a partial dQ over its own keys.
+// Without dropout they take them a tile late, by named barriers (Plan::kDqDeferred); with dropout at
+// D = 128 the warpgroups meet at a block barrier each tile.
 template <class T, int D, int kDim, bool kDropout>
 __global__ void __launch_bounds__(256, 1)
     backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -873,6 +901,101 @@ __global__ void __launch_bounds__(256, 1)
   float dk[D / 2], dv[D / 2];  // this warpgroup's 64 keys × D
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
+  // dQ of a tile, its dS in the buffer at sdS_dq: the products issued and committed, not waited for.
+  // Transposed (80 queries): dQᵀ = Kᵀ·dSᵀ for this warpgroup's 64 columns of D over
+  // all 128 keys, A = K read M-major, B = dS [queries][keys] read K-major. Otherwise dQ = dS·K for
+  // 64 queries (query_row0.. of the tile: dSᵀ's panel query_row0/64): A = dSᵀ [keys][queries] read
+  // M-major, B = K [keys][D] read N-major, the split of kDqParts above: over all 128 keys, or over
+  // this warpgroup's own 64 (k-steps 4w..4w+3).
+  constexpr int kDqSteps = Plan::kDqParts == 1 ? Plan::kKeys / 16 : 4;
+  const int first_step = Plan::kDqParts == 1 ? 0 : 4 * warpgroup;
+  const int query_row0 = Plan::kDqByQueryHalves ? 64 * warpgroup : 0;
+  constexpr int kDqAccumulators = Plan::kDqTransposed ? Plan::kQueries / 2 : 32;
+  auto issue_dq = [&](float (&dq)[kDqAccumulators], uint32_t sdS_dq) {
+    if constexpr (Plan::kDqTransposed) {
+      wgmma_fence();
+      const uint64_t k_t_desc = opaque(mn_major_base<KVTile>(sK, warpgroup * 64));
+      const uint64_t ds_desc = opaque(k_major_base<DsTile>(sdS_dq, 0));
+#pragma unroll
+      for (int kk = 0; kk < kDqSteps; ++kk)
+        Wgmma<T, Plan::kQueries>::template ss<1, 0>(dq, advance(k_t_desc, mn_major_step<KVTile>(kk)),
+                                                     advance(ds_desc, k_major_step<DsTile>(kk)), kk > 0);
+    } else {
+      const uint64_t ds_desc = advance(opaque(mn_major_base<DsTile>(sdS_dq, 0)),
+                                       (query_row0 / 64) * DsTile::kPanelBytes + mn_major_step<DsTile>(first_step));
+      const uint64_t k_t_desc =
+          advance(opaque(mn_major_base<KVTile>(sK, D == 128 ? warpgroup * 64 : 0)), mn_major_step<KVTile>(first_step));
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kDqSteps; ++kk)
+        Wgmma<T, 64>::template ss<1, 1>(dq, advance(ds_desc, mn_major_step<DsTile>(kk)),
+                                        advance(k_t_desc, mn_major_step<KVTile>(kk)), kk > 0);
+    }
+    wgmma_commit();
+  };
+  // Each warpgroup writes its part of dQ (its 64 columns, its 64 queries, or its own partial tile)
+  // and one of its threads hands it to the copy engine, which adds it into the accumulator a
+  // [kDqBoxRows rows][32 columns] box at a time (rows past N and columns past kDim are dropped): no
+  // block-wide barrier needed.
+  auto reduce_dq = [&](const float (&dq)[kDqAccumulators], const QueryTile& query_tile) {
+    const int part = Plan::kDqParts == 2 ? warpgroup : 0, column0 = D == 128 ? warpgroup * 64 : 0;
+    const uint32_t dq_part = sDq + part * DqTile::kBytes;
+    if constexpr (Plan::kDqTransposed) {
+      // Accumulator register 4c + 2h + e is dQ's column column0 + 16·warp + g + 8h of query
+      // 8c + 2t + e: 4-byte stores, a warp's 32 of one register in 8 distinct 16-byte chunks of the
+      // swizzled tile (conflict-free). Query 8c + 2t + e is 1024·c bytes past query 2t + e, the
+      // swizzle unchanged: four addresses (h, e), formed here rather than held across the loop.
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          unsigned char* row_base =
+              generic_at(shared_raw, opaque(uint32_t(dq_part + DqTile::offset(2 * t + e, column0 + warp * 16 + g + 8 * h))));
+#pragma unroll
+          for (int c = 0; c < Plan::kQueries / 8; ++c)
+            *reinterpret_cast<float*>(row_base + 1024 * c) = scale * dq[4 * c + 2 * h + e];
+        }
+    } else if constexpr (!kDropout) {
+      unsigned char* dq_tile = generic_at(shared_raw, dq_part);
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<float2*>(dq_tile + DqTile::offset(query_row0 + warp * 16 + g + 8 * h, column0 + 8 * c + 2 * t)) =
+              make_float2(scale * dq[4 * c + 2 * h], scale * dq[4 * c + 2 * h + 1]);
+    } else {
+      // The same addresses, formed in the loop where registers are short (dropout's Philox draws):
+      // DqTile::offset of (row 16·warp + g + 8h, column column0 + 8c + 2t) is row_base + 1024h +
+      // panel (column0 + 8c)/32 + 16-byte chunk (2(c % 4) + t/2) ^ g, that is 2(c % 4) ^ chunk. Both
+      // lane parts are hidden from loop-invariant motion, so the addresses are formed here instead of
+      // being held across the loop (108 bytes of spill otherwise). Without dropout, the form above
+      // measured 2-3 % faster.
+      unsigned char* row_base =
+          generic_at(shared_raw, opaque(uint32_t(dq_part + (warp * 16 + g) * 128 + (t & 1) * 8)));
+      const uint32_t chunk = opaque(uint32_t((t >> 1) ^ g));
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<float2*>(row_base + 1024 * h + ((column0 + 8 * c) / 32) * DqTile::kPanelBytes +
+                                     ((chunk ^ uint32_t(2 * (c % 4))) << 4)) =
+              make_float2(scale * dq[4 * c + 2 * h], scale * dq[4 * c + 2 * h + 1]);
+    }
+    fence_proxy_async();
+    warpgroup_barrier(warpgroup);
+    if (reducer) {
+#pragma unroll
+      for (int box = 0; box < 2; ++box) {
+        const int column = column0 + 32 * box;
+        if (column < kDim)
+          tma_reduce_add_3d(dq_map, dq_part + (column / 32) * DqTile::kPanelBytes + query_row0 * 128, column,
+                            int(query_tile.q0) + query_row0, int(query_tile.head));
+      }
+      bulk_commit();
+    }
+  };
+  [[maybe_unused]] const int other = warpgroup ^ 1;
+  [[maybe_unused]] QueryTile deferred_tile = tile;  // kDqDeferred: the tile whose dQ is formed next
   for (int it = 0; it < query_tiles; ++it, tile = next_tile(tile), refill = next_tile(refill)) {
     const int buffer = it & 1;  // of dSᵀ and the dropout flags
     const int64_t q0 = tile.q0;
@@ -963,11 +1086,15 @@ __global__ void __launch_bounds__(256, 1)
     // dSᵀ into shared memory for dQ before the dK products take dsa as their A operand (registers a
     // product reads may not be touched until it completes): register pair (c, h) of the fragments
     // is (key_local[h], queries 8c + 2t, +1); fragment kk = c/2 holds it in a[2·(c%2) + h]. Buffer
-    // `buffer` was last read by the dQ products of tile it − 2: with one dQ tile (kDqParts == 1),
-    // both warpgroups finished them before they passed tile it − 1's block barrier; with partial
-    // tiles, this warpgroup's own products alone read its rows, and each of its threads waited for
-    // them (wgmma_wait) before its warpgroup barrier of tile it − 1.
+    // `buffer` was last read by the dQ products of tile it − 2: deferred, this warpgroup's own
+    // finished in tile it − 1 (wgmma_wait) and the other's are waited for here; otherwise, with one
+    // dQ tile (kDqParts == 1), both warpgroups finished them before they passed tile it − 1's block
+    // barrier, and with partial tiles this warpgroup's own products alone read its rows, and each of
+    // its threads waited for them (wgmma_wait) before its warpgroup barrier of tile it − 1.
     const uint32_t sdSi = sdS + (buffer % Plan::kDsBuffers) * DsTile::kBytes;
+    if constexpr (Plan::kDqDeferred) {
+      if (it >= 2) named_barrier_sync<Plan::kThreads>(Plan::kDsReadBarrier + 2 * other + buffer);
+    }
     if constexpr (Plan::kDqTransposed) {
       // dS [queries][keys]: stmatrix's transpose turns each 8 keys × 8 queries block of a fragment
       // (fragment register j: keys +8·(j % 2), queries +8·(j / 2)) into 8 rows of queries, 16 bytes
@@ -1011,117 +1138,70 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_commit();
 
     fence_proxy_async();
-    if (reducer) bulk_wait_read();  // this warpgroup's last dQ reduction has read its part of the tile
-    // One dQ tile: all of dSᵀ is written (each warpgroup's products sum over both halves of the
-    // keys); partial tiles: this warpgroup's half is, and its part of the dQ tile is free.
-    if constexpr (Plan::kDqParts == 1)
-      __syncthreads();
-    else
-      warpgroup_barrier(warpgroup);
-
-    // dQ of the tile. Transposed (80 queries): dQᵀ = Kᵀ·dSᵀ for this warpgroup's 64 columns of D over
-    // all 128 keys, A = K read M-major, B = dS [queries][keys] read K-major. Otherwise dQ = dS·K for
-    // 64 queries (query_row0.. of the tile: dSᵀ's panel query_row0/64): A = dSᵀ [keys][queries] read
-    // M-major, B = K [keys][D] read N-major, the split of kDqParts above: over all 128 keys, or over
-    // this warpgroup's own 64 (k-steps 4w..4w+3).
-    constexpr int kDqSteps = Plan::kDqParts == 1 ? Plan::kKeys / 16 : 4;
-    const int first_step = Plan::kDqParts == 1 ? 0 : 4 * warpgroup;
-    const int query_row0 = Plan::kDqByQueryHalves ? 64 * warpgroup : 0;
-    constexpr int kDqAccumulators = Plan::kDqTransposed ? Plan::kQueries / 2 : 32;
-    float dq[kDqAccumulators];
-    if constexpr (Plan::kDqTransposed) {
-      wgmma_fence();
-      const uint64_t k_t_desc = opaque(mn_major_base<KVTile>(sK, warpgroup * 64));
-      const uint64_t ds_desc = opaque(k_major_base<DsTile>(sdSi, 0));
-#pragma unroll
-      for (int kk = 0; kk < kDqSteps; ++kk)
-        Wgmma<T, Plan::kQueries>::template ss<1, 0>(dq, advance(k_t_desc, mn_major_step<KVTile>(kk)),
-                                                     advance(ds_desc, k_major_step<DsTile>(kk)), kk > 0);
-    } else {
-      const uint64_t ds_desc = advance(opaque(mn_major_base<DsTile>(sdSi, 0)),
-                                       (query_row0 / 64) * DsTile::kPanelBytes + mn_major_step<DsTile>(first_step));
-      const uint64_t k_t_desc =
-          advance(opaque(mn_major_base<KVTile>(sK, D == 128 ? warpgroup * 64 : 0)), mn_major_step<KVTile>(first_step));
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kDqSteps; ++kk)
-        Wgmma<T, 64>::template ss<1, 1>(dq, advance(ds_desc, mn_major_step<DsTile>(kk)),
-                                        advance(k_t_desc, mn_major_step<KVTile>(kk)), kk > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    pin(dq);
-    pin(dk);
-    pin(dv);
-
-    // This warp is done with the stage (Q and dO by the products above, LSE and D before them);
-    // the last of the 8 refills it with the tile kStages further on.
-    {
+    // This warp is done with the stage (Q and dO by the products above, LSE and D before them) once
+    // they completed; the last of the 8 refills it with the tile kStages further on.
+    auto release_stage = [&] {
       uint32_t last = 0;
       if (lane == 0) last = ring.count_done();
       if (__shfl_sync(0xffffffffu, last, 0) && it + Plan::kStages < query_tiles) fetch(refill, stage);
-    }
-
-    // Each warpgroup writes its part of dQ (its 64 columns, its 64 queries, or its own partial tile)
-    // and one of its threads hands it to the copy engine, which adds it into the accumulator a
-    // [kDqBoxRows rows][32 columns] box at a time (rows past N and columns past kDim are dropped): no
-    // block-wide barrier needed.
-    const int part = Plan::kDqParts == 2 ? warpgroup : 0, column0 = D == 128 ? warpgroup * 64 : 0;
-    const uint32_t dq_part = sDq + part * DqTile::kBytes;
-    if constexpr (Plan::kDqTransposed) {
-      // Accumulator register 4c + 2h + e is dQ's column column0 + 16·warp + g + 8h of query
-      // 8c + 2t + e: 4-byte stores, a warp's 32 of one register in 8 distinct 16-byte chunks of the
-      // swizzled tile (conflict-free). Query 8c + 2t + e is 1024·c bytes past query 2t + e, the
-      // swizzle unchanged: four addresses (h, e), formed here rather than held across the loop.
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          unsigned char* row_base =
-              generic_at(shared_raw, opaque(uint32_t(dq_part + DqTile::offset(2 * t + e, column0 + warp * 16 + g + 8 * h))));
-#pragma unroll
-          for (int c = 0; c < Plan::kQueries / 8; ++c)
-            *reinterpret_cast<float*>(row_base + 1024 * c) = scale * dq[4 * c + 2 * h + e];
-        }
-    } else if constexpr (!kDropout) {
-      unsigned char* dq_tile = generic_at(shared_raw, dq_part);
-#pragma unroll
-      for (int c = 0; c < 8; ++c)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          *reinterpret_cast<float2*>(dq_tile + DqTile::offset(query_row0 + warp * 16 + g + 8 * h, column0 + 8 * c + 2 * t)) =
-              make_float2(scale * dq[4 * c + 2 * h], scale * dq[4 * c + 2 * h + 1]);
-    } else {
-      // The same addresses, formed in the loop where registers are short (dropout's Philox draws):
-      // DqTile::offset of (row 16·warp + g + 8h, column column0 + 8c + 2t) is row_base + 1024h +
-      // panel (column0 + 8c)/32 + 16-byte chunk (2(c % 4) + t/2) ^ g, that is 2(c % 4) ^ chunk. Both
-      // lane parts are hidden from loop-invariant motion, so the addresses are formed here instead of
-      // being held across the loop (108 bytes of spill otherwise). Without dropout, the form above
-      // measured 2-3 % faster.
-      unsigned char* row_base =
-          generic_at(shared_raw, opaque(uint32_t(dq_part + (warp * 16 + g) * 128 + (t & 1) * 8)));
-      const uint32_t chunk = opaque(uint32_t((t >> 1) ^ g));
-#pragma unroll
-      for (int c = 0; c < 8; ++c)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          *reinterpret_cast<float2*>(row_base + 1024 * h + ((column0 + 8 * c) / 32) * DqTile::kPanelBytes +
-                                     ((chunk ^ uint32_t(2 * (c % 4))) << 4)) =
-              make_float2(scale * dq[4 * c + 2 * h], scale * dq[4 * c + 2 * h + 1]);
-    }
-    fence_proxy_async();
-    warpgroup_barrier(warpgroup);
-    if (reducer) {
-#pragma unroll
-      for (int box = 0; box < 2; ++box) {
-        const int column = column0 + 32 * box;
-        if (column < kDim)
-          tma_reduce_add_3d(dq_map, dq_part + (column / 32) * DqTile::kPanelBytes + query_row0 * 128, column,
-                            int(q0) + query_row0, int(tile.head));
+    };
+    if constexpr (Plan::kDqDeferred) {
+      named_barrier_arrive<Plan::kThreads>(Plan::kDsStoredBarrier + 2 * warpgroup + buffer);
+      // dQ of tile it − 1 (dS in the other buffer), once the other warpgroup's half is stored. The
+      // sync counts every thread of this warpgroup, so the reducer's wait (its last dQ reduction
+      // has read this warpgroup's part of the staging tile) comes before any of their stores. In
+      // the first tile none is due, and the products run anyway, over K and V (read only here),
+      // their result dropped: a product issued under a branch and waited for after it made ptxas
+      // serialize the products and spill (C7512, 1.1 KB).
+      float dq[kDqAccumulators];
+      const bool dq_due = it > 0;
+      if (dq_due) {
+        if (reducer) bulk_wait_read();
+        named_barrier_sync<Plan::kThreads>(Plan::kDsStoredBarrier + 2 * other + (buffer ^ 1));
       }
-      bulk_commit();
+      issue_dq(dq, dq_due ? sdS + (buffer ^ 1) * DsTile::kBytes : sK);
+      wgmma_wait<0>();
+      pin(dk);
+      pin(dv);
+      pin(dq);
+      if (dq_due) {
+        // The other warpgroup stores tile it + 1's dS in that buffer once this one's products read it.
+        if (it + 1 < query_tiles) named_barrier_arrive<Plan::kThreads>(Plan::kDsReadBarrier + 2 * warpgroup + (buffer ^ 1));
+      }
+      release_stage();
+      if (dq_due) reduce_dq(dq, deferred_tile);
+      deferred_tile = tile;
+    } else {
+      if (reducer) bulk_wait_read();  // this warpgroup's last dQ reduction has read its part of the tile
+      // One dQ tile: all of dSᵀ is written (each warpgroup's products sum over both halves of the
+      // keys); partial tiles: this warpgroup's half is, and its part of the dQ tile is free.
+      if constexpr (Plan::kDqParts == 1)
+        __syncthreads();
+      else
+        warpgroup_barrier(warpgroup);
+      float dq[kDqAccumulators];
+      issue_dq(dq, sdSi);
+      wgmma_wait<0>();
+      pin(dq);
+      pin(dk);
+      pin(dv);
+      release_stage();
+      reduce_dq(dq, tile);
     }
     ring.advance();
+  }
+  if constexpr (Plan::kDqDeferred) {
+    // The last tile's dQ.
+    if (query_tiles > 0) {
+      const int last_buffer = (query_tiles - 1) & 1;
+      if (reducer) bulk_wait_read();
+      named_barrier_sync<Plan::kThreads>(Plan::kDsStoredBarrier + 2 * other + last_buffer);
+      float dq[kDqAccumulators];
+      issue_dq(dq, sdS + last_buffer * DsTile::kBytes);
+      wgmma_wait<0>();
+      pin(dq);
+      reduce_dq(dq, deferred_tile);
+    }
   }
   if (reducer) bulk_wait();
 
