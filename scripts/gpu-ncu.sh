@@ -10,8 +10,8 @@
 # 'backward_kernel' or 'forward_kernel.*Li64'; the first launch that matches is read. The run
 # arguments default to v2 at d = 128, N = 16K, H = 16, bf16, without a mask; the script adds
 # --profile (one warm-up, one sample) and --no-check. Environment: NCU (default ncu), NCU_SECTIONS
-# (default: SpeedOfLight, ComputeWorkloadAnalysis, MemoryWorkloadAnalysis, WarpStateStats,
-# SourceCounters, LaunchStats, Occupancy).
+# (section names separated by spaces or commas; default: SpeedOfLight, ComputeWorkloadAnalysis,
+# MemoryWorkloadAnalysis, WarpStateStats, SourceCounters, LaunchStats, Occupancy).
 #
 # Writes OUTPUT_DIR/ncu.txt (the report as text) and OUTPUT_DIR/command.txt. Exit: 0; 1 ncu or the
 # run failed (ncu.txt says why); 2 a usage error; 3 no ncu.
@@ -39,9 +39,11 @@ if ! mkdir -p "$out" 2>/dev/null; then
   echo "gpu-ncu.sh: cannot create the output folder '$out'" >&2
   exit 2
 fi
+# ncu takes one name a --section: a comma list handed over whole matches no section.
+requested=${NCU_SECTIONS:-SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis WarpStateStats \
+  SourceCounters LaunchStats Occupancy}
 sections=()
-for section in ${NCU_SECTIONS:-SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis WarpStateStats \
-  SourceCounters LaunchStats Occupancy}; do
+for section in ${requested//,/ }; do
   sections+=(--section "$section")
 done
 command=("$ncu" --clock-control none "${sections[@]}" --print-details all -k "regex:$kernel" -c 1

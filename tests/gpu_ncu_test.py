@@ -72,6 +72,14 @@ class GpuNcu(unittest.TestCase):
         self.assertNotIn("16384", args)
         self.assertEqual(args[args.index("--head-dim") + 1], "64")
 
+    def test_sections_by_spaces_or_commas(self):
+        result = self.run_script(self.dir / "out", self.dir / "build", "k",
+                                 NCU_SECTIONS="SpeedOfLight,WarpStateStats LaunchStats")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        args = (self.dir / "args.txt").read_text().split("\n")
+        sections = [args[i + 1] for i, arg in enumerate(args) if arg == "--section"]
+        self.assertEqual(sections, ["SpeedOfLight", "WarpStateStats", "LaunchStats"])
+
     def test_failures_are_one_line_with_their_status(self):
         cases = [
             ((self.dir / "out",), {}, 2, "usage"),
