@@ -6,8 +6,9 @@
 #
 #   scripts/gpu-ncu.sh OUTPUT_DIR BUILD_DIR KERNEL_REGEX [flashbench run arguments...]
 #
-# BUILD_DIR holds flashbench. KERNEL_REGEX picks the kernel by its (mangled) name, e.g.
-# 'backward_kernel' or 'forward_kernel.*Li64'; the first launch that matches is read. The run
+# BUILD_DIR holds flashbench. KERNEL_REGEX matches ncu's name of the kernel, the function's name
+# without namespace or template arguments ('backward_kernel', 'forward_kernel': a mangled name
+# matches nothing); the run's arguments choose the instance, and the first launch is read. The run
 # arguments default to v2 at d = 128, N = 16K, H = 16, bf16, without a mask; the script adds
 # --profile (one warm-up, one sample) and --no-check. Environment: NCU (default ncu), NCU_SECTIONS
 # (section names separated by spaces or commas; default: SpeedOfLight, ComputeWorkloadAnalysis,
