@@ -742,12 +742,13 @@ struct BackwardPlan {
   // 80 queries are no multiple of the 64 rows of a product, so dQ is formed transposed:
   // dQᵀ = Kᵀ·dSᵀ [D][queries], each warpgroup 64 of D's rows, dS stored [queries][keys].
   static constexpr bool kDqTransposed = kQueries == 80;
-  // With dQ transposed, a warpgroup forms tile i's dQ during tile i + 1, once that tile's dS is stored
-  // and its dV and dK products are issued. The other warpgroup's half of dS_i is long stored by then,
-  // so neither waits for the other at a fixed point of each tile: a block barrier a tile (round w11's
-  // ncu) kept the two in lock-step, their softmax phases together, with the tensor cores idle under
-  // both. The registers are as before: dQ's 40 are live beside dK, dV and the A fragments, as in the
-  // undeferred order. The hand-overs, by named barriers of both warpgroups (ids 1 and 2 are each
+  // Without dropout (80-query tiles with dQ transposed, and d = 64's 128-query halves), a warpgroup
+  // forms tile i's dQ during tile i + 1, once that tile's dS is stored and its dV and dK products are
+  // issued. The other warpgroup's half of dS_i is long stored by then, so neither waits for the other
+  // at a fixed point of each tile: a block barrier a tile (round w11's ncu) kept the two in lock-step,
+  // their softmax phases together, with the tensor cores idle under both. The registers are as
+  // before: dQ's accumulators (40 transposed, 32 at d = 64) are live beside dK, dV and the A
+  // fragments, as in the undeferred order, not beside S and dP. The hand-overs, by named barriers of both warpgroups (ids 1 and 2 are each
   // warpgroup's own), warpgroup w arriving, the other waiting, b the dS buffer:
   //   kDsStoredBarrier + 2w + b: w's half of the dS in buffer b is stored (before the other's dQ);
   //   kDsReadBarrier + 2w + b:   w's dQ products have read buffer b (before the other stores in it).
