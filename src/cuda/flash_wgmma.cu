@@ -748,8 +748,9 @@ struct BackwardPlan {
   // at a fixed point of each tile: a block barrier a tile (round w11's ncu) kept the two in lock-step,
   // their softmax phases together, with the tensor cores idle under both. The registers are as
   // before: dQ's accumulators (40 transposed, 32 at d = 64) are live beside dK, dV and the A
-  // fragments, as in the undeferred order, not beside S and dP. The hand-overs, by named barriers of both warpgroups (ids 1 and 2 are each
-  // warpgroup's own), warpgroup w arriving, the other waiting, b the dS buffer:
+  // fragments, as in the undeferred order, not beside S and dP. The hand-overs, by named barriers of
+  // both warpgroups (ids 1 and 2 are each warpgroup's own), warpgroup w arriving, the other waiting,
+  // b the dS buffer:
   //   kDsStoredBarrier + 2w + b: w's half of the dS in buffer b is stored (before the other's dQ);
   //   kDsReadBarrier + 2w + b:   w's dQ products have read buffer b (before the other stores in it).
   // One id per buffer: an id is reused two tiles on, after its waiter has passed its last use.
