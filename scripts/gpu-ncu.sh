@@ -12,10 +12,13 @@
 # arguments default to v2 at d = 128, N = 16K, H = 16, bf16, without a mask; the script adds
 # --profile (one warm-up, one sample) and --no-check. Environment: NCU (default ncu), NCU_SECTIONS
 # (section names separated by spaces or commas; default: SpeedOfLight, ComputeWorkloadAnalysis,
-# MemoryWorkloadAnalysis, WarpStateStats, SourceCounters, LaunchStats, Occupancy).
+# MemoryWorkloadAnalysis, WarpStateStats, SourceCounters, LaunchStats, Occupancy), NCU_SASS=1 to
+# read the launch a second time for its stall samples per SASS instruction.
 #
-# Writes OUTPUT_DIR/ncu.txt (the report as text) and OUTPUT_DIR/command.txt. Exit: 0; 1 ncu or the
-# run failed (ncu.txt says why); 2 a usage error; 3 no ncu.
+# Writes OUTPUT_DIR/ncu.txt (the report as text) and OUTPUT_DIR/command.txt; with NCU_SASS=1 also
+# OUTPUT_DIR/sass.csv (ncu's source page) and OUTPUT_DIR/stalls.md (scripts/ncu_stalls.py: each stall
+# reason's share and the instructions that hold it). Exit: 0; 1 ncu or the run failed (ncu.txt or
+# sass.csv says why); 2 a usage error; 3 no ncu.
 set -euo pipefail
 usage="usage: scripts/gpu-ncu.sh OUTPUT_DIR BUILD_DIR KERNEL_REGEX [flashbench run arguments...]"
 if [ $# -lt 3 ]; then
@@ -59,5 +62,21 @@ fi
 if grep -q "No kernels were profiled" "$out/ncu.txt" || ! grep -q "Section:" "$out/ncu.txt"; then
   echo "gpu-ncu.sh: ncu read no kernel matching '$kernel' ($out/ncu.txt)" >&2
   exit 1
+fi
+if [ "${NCU_SASS:-0}" = 1 ]; then
+  sass=("$ncu" --clock-control none --section SourceCounters --page source --print-source sass --csv
+    -k "regex:$kernel" -c 1 "$build/flashbench" run "$@" --profile --no-check)
+  printf '%q ' "${sass[@]}" >> "$out/command.txt"
+  echo >> "$out/command.txt"
+  if ! "${sass[@]}" > "$out/sass.csv" 2>&1; then
+    tail -5 "$out/sass.csv" >&2
+    echo "gpu-ncu.sh: ncu's source page failed ($out/sass.csv)" >&2
+    exit 1
+  fi
+  if ! python3 "$(dirname "$0")/ncu_stalls.py" "$out/sass.csv" > "$out/stalls.md"; then
+    echo "gpu-ncu.sh: no stall samples by instruction in $out/sass.csv" >&2
+    exit 1
+  fi
+  echo "gpu-ncu.sh: $out/stalls.md"
 fi
 echo "gpu-ncu.sh: $out/ncu.txt"

@@ -18,8 +18,15 @@ from pathlib import Path
 SCRIPT = Path(sys.argv[2]) / "scripts" / "gpu-ncu.sh"
 
 FAKE_NCU = """#!/bin/sh
-printf '%s\\n' "$@" > "$FAKE_NCU_ARGS"
+printf '%s\\n' "$@" >> "$FAKE_NCU_ARGS"
 if [ -n "$FAKE_NCU_NOTHING" ]; then echo "==WARNING== No kernels were profiled."; exit 0; fi
+case " $* " in *" --page source "*)
+  echo "the profiled run's own output"
+  echo '"Address","Source","Warp Stall Sampling (All Samples)","stall_barrier","stall_wait"'
+  echo '"0x10","HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24","30","0","30"'
+  echo '"0x20","WARPGROUP.DEPBAR.LE gsb0, 0x0","70","65","5"'
+  exit 0;;
+esac
 echo "  backward_kernel (128, 16, 1)x(256, 1, 1), Context 1, Stream 7"
 echo "    Section: Warp State Statistics"
 """
@@ -79,6 +86,18 @@ class GpuNcu(unittest.TestCase):
         args = (self.dir / "args.txt").read_text().split("\n")
         sections = [args[i + 1] for i, arg in enumerate(args) if arg == "--section"]
         self.assertEqual(sections, ["SpeedOfLight", "WarpStateStats", "LaunchStats"])
+
+    def test_sass_stalls_by_instruction(self):
+        out = self.dir / "out"
+        result = self.run_script(out, self.dir / "build", "forward_kernel", NCU_SASS="1")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        args = (self.dir / "args.txt").read_text().split("\n")
+        self.assertIn("--page", args)
+        self.assertEqual(args[args.index("--print-source") + 1], "sass")
+        stalls = (out / "stalls.md").read_text()
+        self.assertIn("| barrier | 65 | 65.0 % |", stalls)
+        self.assertIn("`WARPGROUP.DEPBAR.LE gsb0, 0x0` | 65 |", stalls)
+        self.assertIn("--page source", (out / "command.txt").read_text())
 
     def test_failures_are_one_line_with_their_status(self):
         cases = [
