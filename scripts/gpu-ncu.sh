@@ -50,29 +50,30 @@ sections=()
 for section in ${requested//,/ }; do
   sections+=(--section "$section")
 done
-command=("$ncu" --clock-control none "${sections[@]}" --print-details all -k "regex:$kernel" -c 1
-  "$build/flashbench" run "$@" --profile --no-check)
-printf '%q ' "${command[@]}" > "$out/command.txt"
-echo >> "$out/command.txt"
-if ! "${command[@]}" > "$out/ncu.txt" 2>&1; then
-  tail -5 "$out/ncu.txt" >&2
-  echo "gpu-ncu.sh: ncu or the run failed ($out/ncu.txt)" >&2
-  exit 1
-fi
+# Each reading: ncu with the clocks as they are, the first matching launch of the run.
+launch=(-k "regex:$kernel" -c 1 "$build/flashbench" run "$@" --profile --no-check)
+# read_launch REPORT [ncu options...]: runs ncu on the launch into REPORT, its command line into
+# command.txt; on failure the report's tail and a line naming it (status 1).
+: > "$out/command.txt"
+read_launch() {
+  local report=$1
+  shift
+  local command=("$ncu" --clock-control none "$@" "${launch[@]}")
+  printf '%q ' "${command[@]}" >> "$out/command.txt"
+  echo >> "$out/command.txt"
+  if ! "${command[@]}" > "$report" 2>&1; then
+    tail -5 "$report" >&2
+    echo "gpu-ncu.sh: ncu or the run failed ($report)" >&2
+    exit 1
+  fi
+}
+read_launch "$out/ncu.txt" "${sections[@]}" --print-details all
 if grep -q "No kernels were profiled" "$out/ncu.txt" || ! grep -q "Section:" "$out/ncu.txt"; then
   echo "gpu-ncu.sh: ncu read no kernel matching '$kernel' ($out/ncu.txt)" >&2
   exit 1
 fi
 if [ "${NCU_SASS:-0}" = 1 ]; then
-  sass=("$ncu" --clock-control none --section SourceCounters --page source --print-source sass --csv
-    -k "regex:$kernel" -c 1 "$build/flashbench" run "$@" --profile --no-check)
-  printf '%q ' "${sass[@]}" >> "$out/command.txt"
-  echo >> "$out/command.txt"
-  if ! "${sass[@]}" > "$out/sass.csv" 2>&1; then
-    tail -5 "$out/sass.csv" >&2
-    echo "gpu-ncu.sh: ncu's source page failed ($out/sass.csv)" >&2
-    exit 1
-  fi
+  read_launch "$out/sass.csv" --section SourceCounters --page source --print-source sass --csv
   if ! python3 "$(dirname "$0")/ncu_stalls.py" "$out/sass.csv" > "$out/stalls.md"; then
     echo "gpu-ncu.sh: no stall samples by instruction in $out/sass.csv" >&2
     exit 1
