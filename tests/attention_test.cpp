@@ -64,17 +64,17 @@ StackResult run_cpu_stack(Variant variant, const Problem& problem, const std::ve
   auto implementations = select_implementations(entry, {std::string(to_string(variant))});
   MemoryLedger ledger;
   HostSpace space(ledger);
-  const int64_t bytes = problem.qkv_elements() * element_bytes(problem.dtype);
+  const int64_t bytes = problem.q_elements() * element_bytes(problem.dtype);
   RawBuffer X0_stored(space, Tag::input, bytes), dO_stored(space, Tag::input, bytes);
   device->upload(X0, problem.dtype, X0_stored.data());
   device->upload(dO, problem.dtype, dO_stored.data());
   LayerStack stack(problem, *implementations.front(), *device, space);
   stack.forward(X0_stored.data());
   StackResult result;
-  result.output = device->download(stack.output(), problem.dtype, 0, problem.qkv_elements());
+  result.output = device->download(stack.output(), problem.dtype, 0, problem.q_elements());
   {
     const LayerStack::Gradients gradients = stack.backward(X0_stored.data(), dO_stored.data());
-    result.input_grad = device->download(gradients.input.data(), device->gradient_dtype(problem), 0, problem.qkv_elements());
+    result.input_grad = device->download(gradients.input.data(), device->gradient_dtype(problem), 0, problem.q_elements());
   }
   EXPECT_EQ(ledger.live().total(), ledger.live()[Tag::input]) << "the stack must free all but its inputs";
   return result;
@@ -253,8 +253,8 @@ TEST(Stack, ThreeLayersMatchReference) {
     problem.layers = 3;
     problem.causal = causal;
     const Shape s{problem.heads_total(), problem.seq, problem.head_dim, causal};
-    const auto X0 = testing::random_normal(problem.qkv_elements(), 31);
-    const auto dO = testing::random_normal(problem.qkv_elements(), 32);
+    const auto X0 = testing::random_normal(problem.q_elements(), 31);
+    const auto dO = testing::random_normal(problem.q_elements(), 32);
     const testing::StackGrads want =
         testing::reference_stack(s, problem.layers, testing::to_double(X0), testing::to_double(dO));
     for (Variant variant : kAllVariants) {
@@ -280,8 +280,8 @@ TEST(Stack, SixteenBitStorageMatchesReference) {
     problem.causal = true;
     problem.dtype = dtype;
     const Shape s{problem.heads_total(), problem.seq, problem.head_dim, problem.causal};
-    const auto X0 = testing::random_normal(problem.qkv_elements(), 51);
-    const auto dO = testing::random_normal(problem.qkv_elements(), 52);
+    const auto X0 = testing::random_normal(problem.q_elements(), 51);
+    const auto dO = testing::random_normal(problem.q_elements(), 52);
     const auto stored = [&](const std::vector<float>& x) {
       std::vector<Half> bits(x.size());
       std::vector<float> widened(x.size());

@@ -93,7 +93,7 @@ TEST_P(CudaVsFloat64, StackMatchesReference) {
   // Fresh random inputs, already in the storage precision so that GPU and reference start equal.
   std::mt19937_64 generator(0x5eed ^ uint64_t(c.seq * 131 + c.head_dim * 7 + int(c.dtype) * 3 + c.causal));
   std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<float> X0(problem.qkv_elements()), dO(problem.qkv_elements());
+  std::vector<float> X0(problem.q_elements()), dO(problem.q_elements());
   for (float& x : X0) x = float(round_to(c.dtype, c.input_scale * normal(generator)));
   for (float& x : dO) x = float(round_to(c.dtype, normal(generator)));
   const std::vector<double> X0_exact(X0.begin(), X0.end()), dO_exact(dO.begin(), dO.end());
@@ -395,7 +395,7 @@ TEST(CudaDevice, OutOfMemoryLeavesTheDeviceUsable) {
   problem.dtype = Dtype::bf16;
   std::unique_ptr<Device> device = open_cuda();
   std::unique_ptr<Implementation> standard = implementation("standard");
-  const int64_t elements = problem.qkv_elements();
+  const int64_t elements = problem.q_elements();
   const int64_t x_bytes = elements * element_bytes(problem.dtype);
 
   {
@@ -517,7 +517,7 @@ TEST(CudaDevice, ModelAnswersWithoutOpeningTheDevice) {
 
   const int64_t s = problem.score_elements() * 2;
   const int64_t r = problem.row_elements() * 4;
-  const int64_t a = problem.qkv_elements() * 4;
+  const int64_t a = problem.q_elements() * 4;
   const auto implementations = cuda_entry().implementations();
   ASSERT_GE(implementations.size(), 5u);  // the variants' defaults, v2.mma; cudnn has its own tests
   struct Expected {

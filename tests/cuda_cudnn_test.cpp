@@ -77,7 +77,7 @@ TEST_P(CudnnVsFloat64, StackMatchesReference) {
 
   std::mt19937_64 generator(0xc0d0 ^ uint64_t(c.seq * 131 + c.head_dim * 7 + int(c.dtype) * 3 + c.causal));
   std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<float> X0(problem.qkv_elements()), dO(problem.qkv_elements());
+  std::vector<float> X0(problem.q_elements()), dO(problem.q_elements());
   for (float& x : X0) x = float(round_to(c.dtype, c.input_scale * normal(generator)));
   for (float& x : dO) x = float(round_to(c.dtype, normal(generator)));
   const std::vector<double> X0_exact(X0.begin(), X0.end()), dO_exact(dO.begin(), dO.end());

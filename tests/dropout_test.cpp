@@ -125,7 +125,7 @@ Problem layer_problem(int64_t H, int64_t G, int64_t N, int64_t Nk, int64_t d, bo
 TEST(DropoutMask, ForwardAndBackwardMasksAgreeBitForBit) {
   const int64_t n = 16;
   const Problem problem = layer_problem(2, 2, n, n, n, false, 0.4);
-  const auto Q = testing::random_normal(problem.qkv_elements(), 101), K = testing::random_normal(problem.kv_elements(), 102);
+  const auto Q = testing::random_normal(problem.q_elements(), 101), K = testing::random_normal(problem.kv_elements(), 102);
   std::vector<float> identity(problem.kv_elements(), 0.0f);
   for (int64_t h = 0; h < 2; ++h)
     for (int64_t i = 0; i < n; ++i) identity[(h * n + i) * n + i] = 1.0f;
@@ -156,10 +156,10 @@ TEST(DropoutLayer, EveryVariantMatchesFloat64AndStandard) {
   // of a later tile shows there.
   for (const Problem& problem : {layer_problem(4, 2, 37, 70, 24, true, 0.2), layer_problem(4, 1, 70, 37, 24, true, 0.5),
                                  layer_problem(2, 2, 45, 45, 16, false, 0.1), layer_problem(2, 1, 40, 300, 16, true, 0.3)}) {
-    const auto Q = testing::random_normal(problem.qkv_elements(), 111),
+    const auto Q = testing::random_normal(problem.q_elements(), 111),
                K = testing::random_normal(problem.kv_elements(), 112),
                V = testing::random_normal(problem.kv_elements(), 113),
-               dO = testing::random_normal(problem.qkv_elements(), 114);
+               dO = testing::random_normal(problem.q_elements(), 114);
     ReferenceShape shape{problem.heads, problem.seq, problem.head_dim, problem.causal, problem.key_seq(),
                          problem.group_size()};
     shape.dropout = problem.dropout;

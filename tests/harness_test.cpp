@@ -101,7 +101,7 @@ class FakeImplementation final : public Implementation {
 
  private:
   static LayerReference layer(const Problem& p, const void* X, const float* dO) {
-    const int64_t n = p.qkv_elements();
+    const int64_t n = p.q_elements();
     const float* x = static_cast<const float*>(X);
     const std::vector<double> xd(x, x + n);
     const std::vector<double> gd = dO ? std::vector<double>(dO, dO + n) : std::vector<double>(n, 0.0);

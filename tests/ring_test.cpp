@@ -192,7 +192,7 @@ StackRun run_ring(const Problem& problem, int64_t P, int threads, const std::vec
     std::unique_ptr<Implementation> ring_v2 = cpu::make_ring_v2(problem, transport);
     MemoryLedger ledger;
     HostSpace space(ledger);
-    Buffer<float> X0_local(space, Tag::input, local.qkv_elements()), dO_local(space, Tag::input, local.qkv_elements());
+    Buffer<float> X0_local(space, Tag::input, local.q_elements()), dO_local(space, Tag::input, local.q_elements());
     const std::vector<float> x = gather_rows(X0, problem.seq, problem.head_dim, rows);
     const std::vector<float> g = gather_rows(dO, problem.seq, problem.head_dim, rows);
     std::copy(x.begin(), x.end(), X0_local.data());
@@ -202,12 +202,12 @@ StackRun run_ring(const Problem& problem, int64_t P, int threads, const std::vec
     ledger.set_phase(Phase::fwd);
     stack.forward(X0_local.data());
     const float* out = static_cast<const float*>(stack.output());
-    record.output.assign(out, out + local.qkv_elements());
+    record.output.assign(out, out + local.q_elements());
     ledger.set_phase(Phase::bwd);
     {
       const LayerStack::Gradients gradients = stack.backward(X0_local.data(), dO_local.data());
       const float* dX = gradients.input.as<float>();
-      record.input_grad.assign(dX, dX + local.qkv_elements());
+      record.input_grad.assign(dX, dX + local.q_elements());
     }
     record.peak_bytes = ledger.peak_bytes();
     record.at_peak = ledger.at_peak();
@@ -229,16 +229,16 @@ StackRun run_single_device(const Problem& problem, const std::vector<float>& X0,
   auto v2 = select_implementations(entry, {"v2"});
   MemoryLedger ledger;
   HostSpace space(ledger);
-  Buffer<float> X0_stored(space, Tag::input, problem.qkv_elements()), dO_stored(space, Tag::input, problem.qkv_elements());
+  Buffer<float> X0_stored(space, Tag::input, problem.q_elements()), dO_stored(space, Tag::input, problem.q_elements());
   std::copy(X0.begin(), X0.end(), X0_stored.data());
   std::copy(dO.begin(), dO.end(), dO_stored.data());
   LayerStack stack(problem, *v2.front(), *device, space);
   stack.forward(X0_stored.data());
   StackRun result;
   const float* out = static_cast<const float*>(stack.output());
-  result.output.assign(out, out + problem.qkv_elements());
+  result.output.assign(out, out + problem.q_elements());
   const LayerStack::Gradients gradients = stack.backward(X0_stored.data(), dO_stored.data());
-  result.input_grad.assign(gradients.input.as<float>(), gradients.input.as<float>() + problem.qkv_elements());
+  result.input_grad.assign(gradients.input.as<float>(), gradients.input.as<float>() + problem.q_elements());
   return result;
 }
 
@@ -247,7 +247,7 @@ class RingV2 : public ::testing::TestWithParam<RingCase> {};
 TEST_P(RingV2, MatchesOneDeviceAndFloat64AndTheModelToTheByte) {
   const RingCase& c = GetParam();
   const Problem problem = problem_of(c);
-  const std::vector<float> X0 = normals(problem.qkv_elements(), 7), dO = normals(problem.qkv_elements(), 11);
+  const std::vector<float> X0 = normals(problem.q_elements(), 7), dO = normals(problem.q_elements(), 11);
 
   const StackRun ring = run_ring(problem, c.P, c.threads, X0, dO);
   const StackRun single = run_single_device(problem, X0, dO);
@@ -284,7 +284,7 @@ TEST_P(RingV2, MatchesOneDeviceAndFloat64AndTheModelToTheByte) {
 TEST_P(RingV2, SendsWhatTheModelSays) {
   const RingCase& c = GetParam();
   const Problem problem = problem_of(c);
-  const std::vector<float> X0 = normals(problem.qkv_elements(), 3), dO = normals(problem.qkv_elements(), 5);
+  const std::vector<float> X0 = normals(problem.q_elements(), 3), dO = normals(problem.q_elements(), 5);
   const DeviceEntry& entry = registry().device("cpu");
   std::unique_ptr<Device> device = entry.open({});
   const Problem local = local_problem(problem, c.P);

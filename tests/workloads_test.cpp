@@ -188,7 +188,7 @@ TEST(ContextStack, NativeAndRepeatedMatchFloat64) {
       p.layers = 3;
       p.causal = causal;
       if (p.self_attention()) p.seq_kv = Nk + 1;  // G = H and N = N_k would be self-attention
-      const auto X0 = testing::random_normal(p.qkv_elements(), 91), dO = testing::random_normal(p.qkv_elements(), 92),
+      const auto X0 = testing::random_normal(p.q_elements(), 91), dO = testing::random_normal(p.q_elements(), 92),
                  C = testing::random_normal(p.kv_elements(), 93);
       std::vector<int64_t> context_of;
       for (int64_t h = 0; h < p.heads_total(); ++h) context_of.push_back(h / p.group_size());

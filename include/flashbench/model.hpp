@@ -45,7 +45,8 @@ struct ModelParams {
 struct LayerCosts {
   int64_t forward_workspace_bytes = 0;   // the most one forward layer call holds at once
   int64_t backward_workspace_bytes = 0;  // the most one backward layer call holds at once
-  int64_t backward_extra_grad_bytes = 0; // gradient buffers beside dX_i inside backward (CPU: dK, dV)
+  int64_t backward_extra_grad_bytes = 0; // gradient buffers beside dQ, dK, dV inside backward
+                                         // (naive GQA: dK, dV of the repeated heads)
 };
 
 // Bytes one layer allocates. [bytes]

@@ -3,10 +3,10 @@
 // query rows, N_k key/value rows, d head dim, L layers, causal or not, dropout, and the storage dtype.
 // One set of letters everywhere: B, H, G, N (N_q), N_k, d, L.
 //
-// The stack's inputs (docs/workloads.md): with G = H and N_k = N it is self-attention, Q = K = V = X_i
-// in every layer. Otherwise every layer attends from its input X_i [B,H,N,d] to one context
-// C [B,G,N_k,d] that all layers share (an encoder's output, a prefix cache): Q = X_i, K = V = C, and
-// backward returns dC = Σ_i (dK_i + dV_i) beside dX_0.
+// The operator (docs/workloads.md): every layer i is attention(Q_i, K_i, V_i) with Q_i [B,H,N,d] and
+// K_i, V_i [B,G,N_k,d] independent inputs, and its backward returns dQ_i, dK_i and dV_i — the
+// attention that FlashAttention, cuDNN and PyTorch compute. Self-attention (G = H, N_k = N),
+// cross-attention, GQA/MQA and unequal lengths are one code path.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -22,7 +22,7 @@ int element_bytes(Dtype dtype);             // [bytes]
 struct Problem {
   int64_t batch = 1;     // B
   int64_t heads = 8;     // H
-  int64_t seq = 1024;    // N = N_q, the query rows (the stack's X)
+  int64_t seq = 1024;    // N = N_q, the query rows
   int64_t seq_kv = 0;    // N_k, the key/value rows; 0: N
   int64_t kv_heads = 0;  // G, key/value heads, a divisor of H; 0: H
   bool expand_kv = false;  // G < H run naively: K and V repeated to H heads before the kernels
@@ -35,14 +35,14 @@ struct Problem {
   int64_t key_seq() const { return seq_kv > 0 ? seq_kv : seq; }          // N_k
   int64_t key_heads() const { return kv_heads > 0 ? kv_heads : heads; }   // G
   int64_t group_size() const { return heads / key_heads(); }              // H/G query heads per K/V head
-  // Self-attention (Q = K = V = X_i) or attention to the shared context C.
-  bool self_attention() const { return key_heads() == heads && key_seq() == seq; }
+  // Square (G = H, N_k = N): the shape the 16-bit CPU kernels and the ring run.
+  bool square() const { return key_heads() == heads && key_seq() == seq; }
   // Whether K and V are repeated to H heads (expand_kv with G < H): then what the kernels see is G = H.
   bool repeats_kv() const { return expand_kv && key_heads() < heads; }
 
   int64_t heads_total() const { return batch * heads; }                  // B·H
-  int64_t qkv_elements() const { return batch * heads * seq * head_dim; }  // one [B,H,N,d] tensor (X, O, dO)
-  int64_t kv_elements() const { return batch * key_heads() * key_seq() * head_dim; }  // one [B,G,N_k,d] (C)
+  int64_t q_elements() const { return batch * heads * seq * head_dim; }  // one [B,H,N,d] tensor (Q, O, dO, dQ)
+  int64_t kv_elements() const { return batch * key_heads() * key_seq() * head_dim; }  // one [B,G,N_k,d] (K, V, dK, dV)
   int64_t expanded_kv_elements() const { return batch * heads * key_seq() * head_dim; }  // [B,H,N_k,d]
   int64_t row_elements() const { return batch * heads * seq; }                // one [B,H,N] vector
   int64_t score_elements() const { return batch * heads * seq * key_seq(); }  // one [B,H,N,N_k] matrix

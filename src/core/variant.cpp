@@ -82,7 +82,7 @@ std::vector<KeptTensor> kept_per_layer(Variant variant, const Problem& p) {
     const int64_t elements = tensor.extent == Extent::scores        ? p.score_elements()
                              : tensor.extent == Extent::rows        ? p.row_elements()
                              : tensor.extent == Extent::expanded_kv ? p.expanded_kv_elements()
-                                                                    : p.qkv_elements();
+                                                                    : p.q_elements();
     const int bytes = tensor.format == Format::storage ? element_bytes(p.dtype) : tensor.format == Format::fp32 ? 4 : 1;
     kept.push_back({tensor.name, elements, bytes, tensor.extent == Extent::scores});
   };

@@ -128,7 +128,7 @@ class CpuAttention final : public Implementation {
     const int64_t repeated = repeats_in_workspace(problem) ? 2 * problem.expanded_kv_elements() * kFloat : 0;
     // Gradient buffers beside dX: dK and dV as the kernels write them; with self-attention dX = dQ
     // and they are added to it, otherwise they are added to dC (naive GQA: at H heads, then summed).
-    const int64_t kv_grads = problem.self_attention() ? problem.qkv_elements()
+    const int64_t kv_grads = problem.self_attention() ? problem.q_elements()
                              : problem.repeats_kv()   ? problem.expanded_kv_elements()
                                                       : problem.kv_elements();
     return {.forward_workspace_bytes = workspace(variant_, Pass::forward, shape, tiling_, params.threads) * kFloat + repeated,
@@ -185,7 +185,7 @@ class CpuAttention final : public Implementation {
     float* dQ = static_cast<float*>(dX);
     const float* x = static_cast<const float*>(X);
     const float* kv = call.context ? static_cast<const float*>(call.context) : x;
-    const int64_t kv_elements = p.self_attention() ? p.qkv_elements()
+    const int64_t kv_elements = p.self_attention() ? p.q_elements()
                                 : p.repeats_kv()   ? p.expanded_kv_elements()
                                                    : p.kv_elements();
     Buffer<float> dK(call.space, Tag::grad, kv_elements);
@@ -256,7 +256,7 @@ class CpuAttention final : public Implementation {
 
   void backward16_self(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept, void* dX) {
     const Problem& p = call.problem;
-    const int64_t elements = p.qkv_elements();
+    const int64_t elements = p.q_elements();
     // Q, K and V are all X, so dX = dQ + dK + dV: dQ is written into dX, dK and dV added to it.
     float* dQ = static_cast<float*>(dX);
     Buffer<float> dK(call.space, Tag::grad, elements);

@@ -116,14 +116,14 @@ class RingV2 final : public Implementation {
     constexpr int64_t kFloat = 4;
     return {.forward_workspace_bytes = workspace_elements(Variant::v2, Pass::forward, shape, tiling_, params.threads) * kFloat,
             .backward_workspace_bytes = workspace_elements(Variant::v2, Pass::backward, shape, tiling_, params.threads) * kFloat,
-            .backward_extra_grad_bytes = 2 * local.qkv_elements() * kFloat};
+            .backward_extra_grad_bytes = 2 * local.q_elements() * kFloat};
   }
 
   void forward(LayerCall& call, const void* X_raw, void* O_raw, KeptTensors& kept) override {
     require_supported(call.problem);
     const Problem& local = call.problem;
     const int64_t P = transport_.ranks(), r = transport_.rank();
-    const int64_t elements = local.qkv_elements(), rows = local.row_elements();
+    const int64_t elements = local.q_elements(), rows = local.row_elements();
     const float* X = static_cast<const float*>(X_raw);
     if (P == 1) {  // no ring: the one-device v2, as the model's P = 1 is model_memory's
       KeptView view;
@@ -168,7 +168,7 @@ class RingV2 final : public Implementation {
     if (dO_in.dtype != Dtype::fp32) throw RuntimeFailure("internal error: the CPU ring's incoming gradient is fp32");
     const Problem& local = call.problem;
     const int64_t P = transport_.ranks(), r = transport_.rank(), d = local.head_dim;
-    const int64_t elements = local.qkv_elements();
+    const int64_t elements = local.q_elements();
     const float* X = static_cast<const float*>(X_raw);
     const float* O = static_cast<const float*>(O_raw);
     const float* dO = static_cast<const float*>(dO_in.data);

@@ -191,11 +191,11 @@ void CudnnAttention::backward(LayerCall& call, const void* X, const void* O, Gra
                                      to_string(problem.dtype)));
   const Plans& plans = state_->ready_plans(problem, device.stream());
   const AttentionPlan& plan = *plans.backward.plan;
-  const int64_t qkv_bytes = problem.qkv_elements() * element_bytes(problem.dtype);
+  const int64_t qkv_bytes = problem.q_elements() * element_bytes(problem.dtype);
   RawBuffer dK(call.space, Tag::grad, qkv_bytes);
   RawBuffer dV(call.space, Tag::grad, qkv_bytes);
   RawBuffer row_dot(call.space, Tag::workspace, problem.row_elements() * int64_t(sizeof(float)));
-  RawBuffer dQ_accum(call.space, Tag::workspace, problem.qkv_elements() * int64_t(sizeof(float)));
+  RawBuffer dQ_accum(call.space, Tag::workspace, problem.q_elements() * int64_t(sizeof(float)));
   RawBuffer workspace;
   if (plan.workspace_bytes() > 0) workspace = RawBuffer(call.space, Tag::workspace, plan.workspace_bytes());
   // Before 9.6 cuDNN's backward adds into the accumulator it is given, later ones overwrite it.
@@ -222,7 +222,7 @@ void CudnnAttention::backward(LayerCall& call, const void* X, const void* O, Gra
       {Bind::one, &one}};
   if (problem.causal) bindings.emplace_back(Bind::masked, &masked);
   plan.execute(state_->handle, bindings, workspace.data());
-  add_gradients(problem.dtype, dX, dK.data(), dV.data(), problem.qkv_elements(), device.stream());
+  add_gradients(problem.dtype, dX, dK.data(), dV.data(), problem.q_elements(), device.stream());
 }
 
 }  // namespace flashbench::cuda

@@ -15,9 +15,9 @@ namespace flashbench::cuda {
 // they are not built (`model`, `fit`, a machine without a GPU or without cuDNN) they count as 0
 // and the model is short by exactly them.
 LayerCosts CudnnAttention::costs(const Problem& problem, const ModelParams&) const {
-  const int64_t x = problem.qkv_elements() * element_bytes(problem.dtype);
+  const int64_t x = problem.q_elements() * element_bytes(problem.dtype);
   const int64_t r = problem.row_elements() * int64_t{4};
-  const int64_t a = problem.qkv_elements() * int64_t{4};
+  const int64_t a = problem.q_elements() * int64_t{4};
   const PlanWorkspace w = plan_workspace(problem).value_or(PlanWorkspace{});
   return {.forward_workspace_bytes = w.forward_bytes,
           .backward_workspace_bytes = r + a + w.backward_bytes,

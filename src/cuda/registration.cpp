@@ -45,7 +45,7 @@ LayerCosts CudaAttention::costs(const Problem& problem, const ModelParams&) cons
   const int64_t element = element_bytes(problem.dtype);
   const int64_t s = problem.score_elements() * element;
   const int64_t r = problem.row_elements() * int64_t{4};
-  const int64_t a = problem.qkv_elements() * int64_t{4};
+  const int64_t a = problem.q_elements() * int64_t{4};
   const int64_t k = problem.self_attention() ? 0
                     : problem.repeats_kv()   ? problem.expanded_kv_elements() * int64_t{4}
                                              : problem.kv_elements() * int64_t{4};

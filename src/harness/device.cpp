@@ -12,6 +12,7 @@ std::vector<double> SteadyClockTimer::intervals_ms() {
   return out;
 }
 
+void Device::occupy(double) {}
 void Device::push_range(const std::string&) {}
 void Device::pop_range() {}
 

@@ -268,12 +268,12 @@ void scale_on_device(Device& device, Dtype dtype, void* tensor, int64_t elements
 struct InputSet {
   RawBuffer X0, dO, C;
   InputSet(Device& device, MemorySpace& space, const Problem& p, uint64_t seed, int64_t set, double scale) {
-    const int64_t bytes = p.qkv_elements() * element_bytes(p.dtype);
+    const int64_t bytes = p.q_elements() * element_bytes(p.dtype);
     X0 = RawBuffer(space, Tag::input, bytes);
     dO = RawBuffer(space, Tag::input, bytes);
-    device.fill_normal(p.dtype, X0.data(), p.qkv_elements(), seed + 2 * uint64_t(set));
-    device.fill_normal(p.dtype, dO.data(), p.qkv_elements(), seed + 2 * uint64_t(set) + 1);
-    if (scale != 1) scale_on_device(device, p.dtype, X0.data(), p.qkv_elements(), scale);
+    device.fill_normal(p.dtype, X0.data(), p.q_elements(), seed + 2 * uint64_t(set));
+    device.fill_normal(p.dtype, dO.data(), p.q_elements(), seed + 2 * uint64_t(set) + 1);
+    if (scale != 1) scale_on_device(device, p.dtype, X0.data(), p.q_elements(), scale);
     if (p.self_attention()) return;
     C = RawBuffer(space, Tag::input, p.kv_elements() * element_bytes(p.dtype));
     device.fill_normal(p.dtype, C.data(), p.kv_elements(), context_seed(seed, set));
@@ -690,7 +690,7 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
 Runner::Pass Runner::run_once(const Problem& problem, Implementation& implementation, std::span<const float> X0,
                               std::span<const float> dO, std::span<const float> C) {
   validate(problem);
-  const int64_t elements = problem.qkv_elements();
+  const int64_t elements = problem.q_elements();
   const int64_t context_elements = problem.self_attention() ? 0 : problem.kv_elements();
   if (int64_t(X0.size()) != elements || int64_t(dO.size()) != elements || int64_t(C.size()) != context_elements)
     throw UsageError(fmt::format("inputs hold {}, {} and {} values, the problem needs {}, {} and {}", X0.size(),

@@ -41,7 +41,7 @@ void require_context(const Problem& problem, const void* C) {
 void LayerStack::forward(const void* X0, const void* C) {
   require_context(problem_, C);
   const int64_t L = problem_.layers;
-  const int64_t x_bytes = problem_.qkv_elements() * element_bytes(problem_.dtype);
+  const int64_t x_bytes = problem_.q_elements() * element_bytes(problem_.dtype);
   outputs_.clear();
   kept_.clear();
   outputs_.resize(L);
@@ -70,7 +70,7 @@ LayerStack::Gradients LayerStack::backward(const void* X0, const void* dO, const
   require_context(problem_, C);
   const int64_t L = problem_.layers;
   const Dtype gradient_dtype = device_.gradient_dtype(problem_);
-  const int64_t grad_bytes = problem_.qkv_elements() * element_bytes(gradient_dtype);
+  const int64_t grad_bytes = problem_.q_elements() * element_bytes(gradient_dtype);
   Gradients gradients;
   if (C) gradients.context = RawBuffer(space_, Tag::grad, problem_.kv_elements() * element_bytes(gradient_dtype));
   LayerCall call{problem_, device_, space_, C, gradients.context.data()};

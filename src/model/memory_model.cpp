@@ -20,7 +20,7 @@ struct Moment {
 
 int64_t input_bytes(const Problem& problem) {
   const int64_t context = problem.self_attention() ? 0 : problem.kv_elements();  // C
-  return (2 * problem.qkv_elements() + context) * element_bytes(problem.dtype);  // X0, dO (and C)
+  return (2 * problem.q_elements() + context) * element_bytes(problem.dtype);  // X0, dO (and C)
 }
 
 int64_t context_grad_bytes(const Problem& problem, const ModelParams& params) {
@@ -29,12 +29,12 @@ int64_t context_grad_bytes(const Problem& problem, const ModelParams& params) {
 
 LayerMemory layer_memory(const Problem& problem, Variant variant, const LayerCosts& costs, const ModelParams& params) {
   LayerMemory layer;
-  layer.output_bytes = problem.qkv_elements() * element_bytes(problem.dtype);
+  layer.output_bytes = problem.q_elements() * element_bytes(problem.dtype);
   layer.kept_bytes = kept_bytes_per_layer(variant, problem);
   layer.held_bytes = layer.kept_bytes + (keeps_layer_output(variant) ? 0 : layer.output_bytes);
   layer.forward_workspace_bytes = costs.forward_workspace_bytes;
   layer.backward_workspace_bytes = costs.backward_workspace_bytes;
-  layer.grad_bytes = problem.qkv_elements() * params.gradient_element_bytes + costs.backward_extra_grad_bytes;
+  layer.grad_bytes = problem.q_elements() * params.gradient_element_bytes + costs.backward_extra_grad_bytes;
   return layer;
 }
 
@@ -47,7 +47,7 @@ ModelledMemory model_stack(const Problem& problem, Variant variant, const LayerM
   const bool output_is_kept = keeps_layer_output(variant);
   const Tag output_tag = output_is_kept ? Tag::kept : Tag::activation;
   const int64_t kept_beyond_output = layer.kept_bytes - (output_is_kept ? layer.output_bytes : 0);
-  const int64_t one_grad = problem.qkv_elements() * params.gradient_element_bytes;  // dX_{i+1} [bytes]
+  const int64_t one_grad = problem.q_elements() * params.gradient_element_bytes;  // dX_{i+1} [bytes]
   const int64_t context_grad = context_grad_bytes(problem, params);  // dC, alive through backward [bytes]
   const int64_t L = problem.layers;
 
@@ -146,8 +146,8 @@ RingBytes ring_bytes(const Problem& problem, int64_t ranks, Variant variant) {
   const Problem local = local_problem(problem, ranks);
   RingBytes ring;
   if (ranks == 1) return ring;  // nothing to receive, nothing to merge
-  const int64_t block = local.qkv_elements() * element_bytes(local.dtype);  // one X block [B,H,n,d]
-  const int64_t block_fp32 = local.qkv_elements() * 4;                      // [B,H,n,d] in fp32
+  const int64_t block = local.q_elements() * element_bytes(local.dtype);  // one X block [B,H,n,d]
+  const int64_t block_fp32 = local.q_elements() * 4;                      // [B,H,n,d] in fp32
   const int64_t rows_fp32 = local.row_elements() * 4;                       // [B,H,n] in fp32
   // Step s computes on the block received at step s-1 (its own X at s = 0) while the next one
   // arrives: two buffers, one when P = 2 (step 0 works on its own X, step 1 receives nothing).

@@ -112,7 +112,7 @@ Preset seed_002(const ModelSource& model) {
   preset.rows.push_back(row);
 
   row = make_row("dO per layer", mb("1.00 MB", 1.00), o, o * BH, "");
-  set_flashbench(row, double(p.qkv_elements() * element_bytes(p.dtype)),
+  set_flashbench(row, double(p.q_elements() * element_bytes(p.dtype)),
                  "dO: one input for the whole stack; layers pass fp32 dX between them");
   preset.rows.push_back(row);
 

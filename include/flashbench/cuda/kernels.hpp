@@ -83,13 +83,12 @@ void flash_forward(const LayerShape& shape, const void* Q, const void* K, const 
                    FlashKernels kernels, cudaStream_t stream);
 
 // Backward, FlashAttention-2 style: a pre-pass D = rowsum(dO ∘ O) [BH, N] into `row_dot`, then one
-// kernel over key blocks recomputing S and P per tile. dQ goes into `dq_accumulator` [BH, N, d] fp32
-// and dK + dV (summed over the r query heads of each K/V head) into `dkv_accumulator` [BG, N_k, d]
-// fp32; both are zeroed first. The stack only needs dQ + dK + dV for self-attention (then the caller
-// passes one buffer as both) and dK + dV for a context.
+// kernel over key blocks recomputing S and P per tile. dQ goes into `dq_accumulator` [BH, N, d] fp32,
+// dK and dV (each summed over the r query heads of its K/V head) into `dk_accumulator` and
+// `dv_accumulator` [BG, N_k, d] fp32, three distinct buffers that this zeroes first.
 void flash_backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* O,
-                    const void* dO, const float* lse, float* row_dot, float* dq_accumulator, float* dkv_accumulator,
-                    FlashKernels kernels, cudaStream_t stream);
+                    const void* dO, const float* lse, float* row_dot, float* dq_accumulator, float* dk_accumulator,
+                    float* dv_accumulator, FlashKernels kernels, cudaStream_t stream);
 
 // --- conversions (src/cuda/convert.cu) ------------------------------------------------------
 

@@ -63,6 +63,12 @@ class Device {
   virtual ModelParams model_params(const Problem& problem) const = 0;
 
   virtual std::unique_ptr<PhaseTimer> timer() = 0;
+  // Keeps the device busy for about `milliseconds` from now, so that the host's dispatch of the work
+  // queued after it is hidden under it and a timed region measures the device's work alone, the
+  // same for every implementation and peer (nvbench's blocking kernel; the torch peers'
+  // torch.cuda._sleep). CUDA queues a spin kernel; a device that runs work as the host issues it
+  // (the CPU) has no queue to fill and does nothing.
+  virtual void occupy(double milliseconds);
   virtual void synchronize() = 0;  // waits for all work; throws RuntimeFailure on an asynchronous error
   // Evicts the caches between samples (--cold). Its buffer is the device's own, outside the ledger:
   // cache_flush_bytes() says how large, for the pre-flight.
@@ -75,8 +81,7 @@ class Device {
   virtual void upload(std::span<const float> host, Dtype dtype, void* dst) = 0;
   // Elements [offset, offset + count) of a tensor stored in `dtype` on the device, as float.
   virtual std::vector<float> download(const void* src, Dtype dtype, int64_t offset, int64_t count) = 0;
-  // The dtype of the gradients the layer stack passes down (dX_i): fp32 on the CPU, the storage
-  // dtype on CUDA.
+  // The dtype of a layer's gradients dQ, dK, dV: fp32 on the CPU, the storage dtype on CUDA.
   virtual Dtype gradient_dtype(const Problem& problem) const = 0;
 
   // Its block of the run's metadata (e.g. "gpu"), and what every row of it records (threads, GPU).

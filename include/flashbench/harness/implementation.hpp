@@ -37,23 +37,28 @@ class KeptTensors {
   std::vector<Named> tensors_;
 };
 
-// The incoming gradient of a layer's output: dO (an input, storage dtype) for the last layer, dX of
-// the layer above (the device's gradient dtype) for the others.
-struct Gradient {
-  const void* data;
-  Dtype dtype;
+// One layer's attention inputs, in the storage dtype: Q [B,H,N,d] and K, V [B,G,N_k,d], drawn
+// independently (query head h reads K/V head h / r, r = H/G).
+struct LayerInputs {
+  const void* Q;
+  const void* K;
+  const void* V;
 };
 
-// One layer call. Shapes [B,H,N,d] for X, O, dO, dX and [B,G,N_k,d] for the context C and its
-// gradient dC; X, O and C in problem.dtype, dX and dC in the device's gradient dtype. With
-// problem.self_attention() Q = K = V = X and there is no context; otherwise Q = X, K = V = C.
+// One layer's gradients, in the device's gradient dtype (Device::gradient_dtype): dQ [B,H,N,d] and
+// dK, dV [B,G,N_k,d], each K/V head's summed over the r query heads that read it. Backward writes
+// them (it never adds to what they held).
+struct LayerGradients {
+  void* dQ;
+  void* dK;
+  void* dV;
+};
+
+// One layer call.
 struct LayerCall {
   const Problem& problem;
   Device& device;      // the device the implementation was registered for
   MemorySpace& space;  // where its workspace comes from (tag workspace; grad for extra gradients)
-  const void* context = nullptr;  // C, or null for self-attention
-  void* context_grad = nullptr;   // dC: backward adds this layer's dK + dV into it ...
-  bool first_context_grad = false;  // ... or writes it, in the first layer backward visits
   // The dropout mask's key (philox.hpp): the stack's seed, and the layer as its offset, the same in
   // this layer's forward and backward.
   uint64_t dropout_seed = 0;
@@ -73,12 +78,12 @@ class Implementation {
   // What its rows record of it (tile sizes).
   virtual void annotate(Row& row) const;
 
-  // O = attention(X, X, X), or attention(X, C, C), filling the kept tensors the stack allocated.
-  virtual void forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) = 0;
-  // dX = dQ + dK + dV from the incoming gradient and what forward kept (O is read by v2 only); with a
-  // context dX = dQ and dC (+)= dK + dV.
-  virtual void backward(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept,
-                        void* dX) = 0;
+  // O [B,H,N,d] = attention(Q, K, V) in the storage dtype, filling the kept tensors the stack
+  // allocated.
+  virtual void forward(LayerCall& call, const LayerInputs& in, void* O, KeptTensors& kept) = 0;
+  // dQ, dK, dV from dO [B,H,N,d] (the storage dtype) and what forward kept; O is read by v2 only.
+  virtual void backward(LayerCall& call, const LayerInputs& in, const void* O, const void* dO, KeptTensors& kept,
+                        const LayerGradients& gradients) = 0;
 };
 
 }  // namespace flashbench
