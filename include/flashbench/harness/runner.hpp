@@ -21,7 +21,7 @@ namespace flashbench {
 struct RunOptions {
   SamplingPolicy sampling;
   uint64_t seed = 20261129;     // inputs are fresh random numbers from this seed, per problem
-  double input_scale = 1;       // X_0 is standard normal times this (large values probe fp16's range)
+  double input_scale = 1;       // Q, K, V are standard normal times this (the logits grow as its square)
   bool check = true;            // compare outputs and gradients with the float64 reference
   int64_t mem_limit_bytes = 0;  // 0 = what the device has available
   bool cold = false;            // flush the device's caches before every pass
@@ -52,14 +52,17 @@ class Runner {
   using StartObserver = std::function<void(const Problem& problem, size_t k)>;
   void on_start(StartObserver observer) { on_start_ = std::move(observer); }
 
-  // One untimed pass of one implementation on given inputs X0 and dO [B,H,N,d] and, where the
-  // problem attends to a context, C [B,G,N_k,d] (rounded to the problem's dtype on the device): X_L,
-  // dX_0 and dC as float. For `grad` and the tests.
-  struct Pass {
-    std::vector<float> output, input_grad, context_grad;
+  // One layer's inputs on the host, rounded to the problem's dtype on the device: Q and dO
+  // [B,H,N,d], K and V [B,G,N_k,d].
+  struct HostInputs {
+    std::span<const float> Q, K, V, dO;
   };
-  Pass run_once(const Problem& problem, Implementation& implementation, std::span<const float> X0,
-                std::span<const float> dO, std::span<const float> C = {});
+  // One untimed pass of one implementation on one layer (problem.layers must be 1): O, dQ, dK, dV
+  // as float. For `grad` and the tests.
+  struct Pass {
+    std::vector<float> O, dQ, dK, dV;
+  };
+  Pass run_once(const Problem& problem, Implementation& implementation, const HostInputs& inputs);
 
  private:
   Device& device_;

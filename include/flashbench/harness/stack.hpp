@@ -1,10 +1,13 @@
 #pragma once
-// The chained layer stack, the same schedule on every device: X0 is the input,
-// X_{i+1} = Attn(Q=X_i, K=X_i, V=X_i) per head, and backward feeds dX_i = dQ + dK + dV into layer
-// i−1. Where K and V cannot be X (G < H or N_k ≠ N, problem.hpp) every layer reads the one context
-// C instead, X_{i+1} = Attn(Q=X_i, K=C, V=C), dX_i = dQ, and dC = Σ_i (dK_i + dV_i) is allocated
-// (tag grad) when backward starts. Which buffer exists when, under which tag, is stated once here and
-// reproduced in closed form by the model (model.hpp); change them together.
+// The layer stack, the same schedule on every device, as a training step schedules its attention
+// layers: L independent layers, attention(Q_i, K_i, V_i) each, all forwards (each layer's output O_i
+// and what its variant keeps alive until its backward), then the backwards in reverse, each writing
+// dQ_i, dK_i, dV_i (tag grad, the device's gradient dtype). A layer's inputs and dO are the caller's
+// (tag input). Layer i's gradients are handed to what lies below it (a projection's backward,
+// outside the benchmark) and freed once the next layer down has run; layer 0's are the stack's
+// result. Which buffer exists when, under which tag, is stated once here and reproduced in closed
+// form by the model (model.hpp); change them together.
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,25 +21,32 @@ namespace flashbench {
 // (tag kept): the one place that allocates it.
 KeptTensors allocate_kept(Variant variant, const Problem& problem, MemorySpace& space);
 
+// One layer's data on the device: its inputs and the gradient dO [B,H,N,d] of its output (storage
+// dtype).
+struct LayerData {
+  LayerInputs in;
+  const void* dO;
+};
+
 class LayerStack {
  public:
   // `dropout_seed` keys the layers' dropout masks (the layer index is the offset).
   LayerStack(const Problem& problem, Implementation& implementation, Device& device, MemorySpace& space,
              uint64_t dropout_seed = 0);
 
-  // Forward through problem.layers layers from X0 [B,H,N,d] (and the context C [B,G,N_k,d] where
-  // the problem has one): allocates each layer's output and what its variant keeps. output() is X_L
-  // afterwards.
-  void forward(const void* X0, const void* C = nullptr);
-  const void* output() const;
+  // Forward through the problem.layers layers (`layers` holds one entry per layer): allocates each
+  // layer's output O_i (tag kept for v2, whose kept O it is; activation otherwise) and what its
+  // variant keeps.
+  void forward(std::span<const LayerData> layers);
+  const void* output(int64_t layer) const;  // O_i after forward, until layer i's backward
 
-  // Backward from dO down to dX_0 and dC (tag grad, the device's gradient dtype); frees what each
-  // layer held as it goes.
+  // Backward from layer L-1 down to 0; frees what each layer held as it goes. Layer 0's gradients.
   struct Gradients {
-    RawBuffer input;    // dX_0 [B,H,N,d]
-    RawBuffer context;  // dC [B,G,N_k,d]; empty for self-attention
+    RawBuffer dQ;  // [B,H,N,d]
+    RawBuffer dK;  // [B,G,N_k,d]
+    RawBuffer dV;  // [B,G,N_k,d]
   };
-  Gradients backward(const void* X0, const void* dO, const void* C = nullptr);
+  Gradients backward(std::span<const LayerData> layers);
 
   // Names each layer's forward and backward as a device range, "<prefix> layer <i> forward" (for a
   // profiler: `run --profile`); an empty prefix (the default) names none.
@@ -52,7 +62,7 @@ class LayerStack {
   MemorySpace& space_;
   bool output_is_kept_;
   uint64_t dropout_seed_;
-  std::vector<RawBuffer> outputs_;  // outputs_[i] = X_{i+1}
+  std::vector<RawBuffer> outputs_;  // outputs_[i] = O_i
   std::vector<KeptTensors> kept_;
   std::string range_prefix_;
 };
