@@ -4,8 +4,7 @@
 // and what its variant keeps alive until its backward), then the backwards in reverse, each writing
 // dQ_i, dK_i, dV_i (tag grad, the device's gradient dtype). A layer's inputs and dO are the caller's
 // (tag input). Layer i's gradients are handed to what lies below it (a projection's backward,
-// outside the benchmark) and freed once the next layer down has run; layer 0's are the stack's
-// result. Which buffer exists when, under which tag, is stated once here and reproduced in closed
+// outside the benchmark) and freed as its backward returns; layer 0's are the stack's result. Which buffer exists when, under which tag, is stated once here and reproduced in closed
 // form by the model (model.hpp); change them together.
 #include <span>
 #include <string>
