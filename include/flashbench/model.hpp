@@ -67,6 +67,11 @@ int64_t context_grad_bytes(const Problem& problem, const ModelParams& params);
 
 LayerMemory layer_memory(const Problem& problem, Variant variant, const LayerCosts& costs, const ModelParams& params);
 
+// The stack's schedule (harness/stack.hpp) evaluated for per-layer bytes `layer`: what
+// model_memory does with layer_memory's, and context parallelism with a device's local layer.
+ModelledMemory model_stack(const Problem& problem, Variant variant, const LayerMemory& layer,
+                           const ModelParams& params);
+
 // Peak, its phase and tag split, and kept bytes, for the whole stack of problem.layers layers.
 ModelledMemory model_memory(const Problem& problem, Variant variant, const LayerCosts& costs,
                             const ModelParams& params);
