@@ -3,18 +3,17 @@
 // form from the problem, the variant's statement of what it keeps (variant.hpp), the
 // implementation's per-layer costs and the device's parameters. It runs no kernel and costs O(L),
 // so it answers instantly even for N = 1M. Every device runs the same layer-stack schedule
-// (harness/stack.hpp), which this model reproduces; with X the bytes of one [B,H,N,d] tensor in the
-// storage dtype and G those of one gradient dX_i in the device's gradient dtype:
-//   setup     R input sets of X0 and dO (and the context C [B,G,N_k,d] where the stack attends to
-//             one; tag input) and the device's persistent workspace, alive throughout.
-//   forward   per layer i: its output X_{i+1} (tag kept for v2, whose kept O it is; activation
+// (harness/stack.hpp), which this model reproduces; with O the bytes of one [B,H,N,d] tensor in the
+// storage dtype:
+//   setup     R input sets, each Q_i, K_i, V_i and dO_i of all L layers (tag input), and the
+//             device's persistent workspace, alive throughout.
+//   forward   per layer i: its output O_i (tag kept for v2, whose kept O it is; activation
 //             otherwise), the rest of kept_per_layer (tag kept), then the forward workspace, freed
 //             when the layer returns.
-//   backward  dC (C's extent in the gradient dtype, grad) where there is a context, alive to the end;
-//             non-v2 variants free X_L at once. Per layer i = L-1..0: dX_i (G, grad), then inside the
-//             layer its extra gradient buffers (grad; the CPU's dK, dV) and its backward workspace,
-//             freed; then the layer's kept tensors and its input X_i (i ≥ 1; v2 frees its output
-//             X_{i+1} instead); the incoming dX_{i+1} (never dO) is freed.
+//   backward  per layer i = L-1..0: layer i+1's gradients freed; dQ_i, dK_i, dV_i (grad, the
+//             device's gradient dtype), then inside the layer its extra gradient buffers (grad) and
+//             its backward workspace, freed; then the layer's kept tensors and O_i. Layer 0's
+//             gradients stay: the stack's result.
 // Everything only grows during forward, so its peak is at the last layer's workspace; in backward
 // each layer's workspace allocation is a candidate. The model evaluates every candidate moment and,
 // as the ledger does, keeps the first one that reaches the maximum.
@@ -36,9 +35,9 @@ namespace flashbench {
 struct ModelParams {
   int threads = 0;                          // workers whose per-thread workspace an implementation sizes
                                             // (0: the device sizes nothing per thread)
-  int64_t input_sets = 1;                   // (X0, dO) pairs the timing loop rotates through
+  int64_t input_sets = 1;                   // sets of every layer's (Q, K, V, dO) the timing loop rotates through
   int64_t persistent_workspace_bytes = 0;   // held by the device for the whole run (cuBLAS's)
-  int gradient_element_bytes = 4;           // dX_i's element size on this device
+  int gradient_element_bytes = 4;           // dQ, dK, dV's element size on this device
 };
 
 // What one implementation allocates per layer beyond what its variant keeps. [bytes]
@@ -51,19 +50,21 @@ struct LayerCosts {
 
 // Bytes one layer allocates. [bytes]
 struct LayerMemory {
-  int64_t output_bytes = 0;              // X_{i+1} [B,H,N,d] in the storage dtype
+  int64_t output_bytes = 0;              // O_i [B,H,N,d] in the storage dtype
   int64_t kept_bytes = 0;                // everything kept_per_layer lists (v2: O included)
   int64_t held_bytes = 0;                // alive from this layer's forward to its backward:
                                          // output + kept, O counted once
   int64_t forward_workspace_bytes = 0;
   int64_t backward_workspace_bytes = 0;
-  int64_t grad_bytes = 0;                // dX_i and the extra gradient buffers of its backward
+  int64_t grad_bytes = 0;                // dQ_i, dK_i, dV_i and the extra gradient buffers of its backward
 };
 
-// Bytes of one input set: X0, dO (and C), storage dtype. [bytes]
+// Bytes of one input set: Q_i, K_i, V_i and dO_i of every layer, storage dtype. [bytes]
 int64_t input_bytes(const Problem& problem);
-// Bytes of dC, the context's gradient (0 for self-attention). [bytes]
-int64_t context_grad_bytes(const Problem& problem, const ModelParams& params);
+// Bytes of what a training step saves of one layer's inputs for its backward, Q, K and V (storage
+// dtype): here inputs (tag input), beside the variant's kept tensors; the articles count them per
+// layer. [bytes]
+int64_t saved_input_bytes_per_layer(const Problem& problem);
 
 LayerMemory layer_memory(const Problem& problem, Variant variant, const LayerCosts& costs, const ModelParams& params);
 

@@ -42,12 +42,13 @@ double max_relative_error(std::span<const float> x, std::span<const double> ref)
 
 // One compared tensor of a check: its error and the naive computation's on it.
 struct CheckedTensor {
-  std::string name;  // "output" (X_L), "input_grad" (dX_0) or "context_grad" (dC)
+  std::string name;  // "O", "dQ", "dK" or "dV" of layer 0 (files of the tied operator: "output",
+                     // "input_grad", "context_grad")
   double rel_err = 0;
   std::optional<double> naive_rel_err;
 };
 
-// A comparison that took place: the implementation's outputs (X_L and dX_0) against a reference.
+// A comparison that took place: the implementation's layer 0 (O, dQ, dK, dV) against a reference.
 struct Check {
   std::string reference;   // what they were compared with, e.g. "float64"
   double max_rel_err = 0;  // max over outputs of max|x - ref| / max|ref|
@@ -58,6 +59,9 @@ struct Check {
   // Each compared tensor's errors, of which the two above are the largest: which one a failure is
   // in. Empty in files written before it existed.
   std::vector<CheckedTensor> tensors;
+  // What the check could not compare, and why (dK and dV where one K/V head's group is over the
+  // budget); empty when every tensor was compared.
+  std::string not_compared;
   bool passed() const { return max_rel_err <= tolerance; }
 };
 
@@ -66,10 +70,10 @@ struct Check {
 // 16 hexadecimal digits.
 struct Reproducibility {
   uint64_t seed = 0;          // the run's --seed (each problem's inputs come from it and the problem)
-  double input_scale = 1;     // X_0 was multiplied by this (--input-scale)
-  std::string inputs_hash;    // input set 0: X_0 then dO
-  std::string results_hash;   // the measured pass: X_L then dX_0
-  // A second pass on input set 0 gave X_L and dX_0 bit for bit again; empty when the row ended
+  double input_scale = 1;     // Q, K and V were multiplied by this (--input-scale)
+  std::string inputs_hash;    // input set 0: Q, K, V, dO of each layer in turn
+  std::string results_hash;   // the measured pass: O of each layer, then dQ, dK, dV of layer 0
+  // A second pass on input set 0 gave the same results bit for bit again; empty when the row ended
   // before that pass.
   std::optional<bool> deterministic;
 };

@@ -1,9 +1,7 @@
 // flashbench grad: one attention layer's forward and backward on arrays from .npy files, so anyone
-// can check the kernels against NumPy or PyTorch. On the CPU (the default) the fp32 kernels run on
-// separate Q, K, V; on another backend (cuda) the device's implementation runs one layer of the
-// self-attention stack the benchmark measures (Q = K = V = X), in the storage dtype asked for.
-#include <omp.h>
-
+// can check the kernels against NumPy or PyTorch: the device's implementation runs one layer of the
+// stack the benchmark measures, on the given Q, K, V and dO, in the storage dtype asked for, through
+// the harness's untimed pass, and writes O, dQ, dK and dV.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,7 +10,6 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.hpp"
-#include "flashbench/cpu/kept.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/harness/stack.hpp"
@@ -61,9 +58,7 @@ NpyArray read_operand(const std::string& path, const std::string& flag) {
   return array;
 }
 
-// One layer of the device's implementation on X = Q (= K = V), through the harness's untimed pass:
-// o.npy = X_1 and dx.npy = dX_0 = dQ + dK + dV, the gradient the layer stack passes down.
-int run_grad_on_device(const GradOptions& options) {
+int run_grad(const GradOptions& options) {
   const Variant variant = parse_variant(options.variant);
   const Dtype dtype = parse_dtype(options.dtype);
   const DeviceEntry& entry = registry().device(options.backend);
@@ -72,45 +67,6 @@ int run_grad_on_device(const GradOptions& options) {
   if (options.variant_given && implementation->variant() != variant)
     throw UsageError(fmt::format("--impl {} is variant {}, not --variant {}", options.impl,
                                  to_string(implementation->variant()), options.variant));
-  if (options.dropout != 0)
-    throw UsageError(fmt::format("--dropout on --backend {}: its kernels have no dropout yet (the cpu backend has)",
-                                 options.backend));
-  const NpyArray X = read_operand(options.q, "--q"), K = read_operand(options.k, "--k"),
-                 V = read_operand(options.v, "--v"), dO = read_operand(options.dO, "--do");
-  for (const auto& [array, flag] : {std::pair{&K, "--k"}, std::pair{&V, "--v"}})
-    if (array->shape != X.shape || array->data != X.data)
-      throw UsageError(fmt::format("--backend {} runs the self-attention layer the benchmark measures: {} must "
-                                   "hold the same array as --q (Q = K = V = X)",
-                                   options.backend, flag));
-  if (dO.shape != X.shape)
-    throw UsageError(fmt::format("--do has shape [{}] but --q has [{}]", fmt::join(dO.shape, ", "),
-                                 fmt::join(X.shape, ", ")));
-  Problem problem;
-  problem.batch = X.shape[0];
-  problem.heads = X.shape[1];
-  problem.seq = X.shape[2];
-  problem.head_dim = X.shape[3];
-  problem.layers = 1;
-  problem.causal = options.causal;
-  problem.dtype = dtype;
-  validate(problem);
-  std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = options.threads});
-  const Runner::Pass pass = Runner(*device, RunOptions{}).run_once(problem, *implementation, X.data, dO.data);
-
-  std::error_code error;
-  std::filesystem::create_directories(options.out, error);
-  if (error) throw RuntimeFailure(fmt::format("cannot create '{}': {}", options.out, error.message()));
-  for (const auto& [file, data] : {std::pair{"o.npy", &pass.output}, std::pair{"dx.npy", &pass.input_grad}})
-    write_file_atomically((std::filesystem::path(options.out) / file).string(), encode_npy(X.shape, *data));
-  return 0;
-}
-
-int run_grad(const GradOptions& options) {
-  if (options.backend != "cpu") return run_grad_on_device(options);
-  if (options.dtype != "fp32" || !options.impl.empty())
-    throw UsageError("grad on the cpu backend runs the fp32 kernels on separate Q, K, V: --dtype and --impl "
-                     "are for another backend (--backend cuda)");
-  const Variant variant = parse_variant(options.variant);
   const NpyArray Q = read_operand(options.q, "--q"), K = read_operand(options.k, "--k"),
                  V = read_operand(options.v, "--v"), dO = read_operand(options.dO, "--do");
   // Q and dO [B,H,N,d]; K and V [B,G,N_k,d] with G dividing H (GQA, MQA) and any N_k.
@@ -131,32 +87,24 @@ int run_grad(const GradOptions& options) {
   problem.seq = Q.shape[2];
   problem.seq_kv = K.shape[2];
   problem.head_dim = Q.shape[3];
+  problem.layers = 1;
   problem.causal = options.causal;
   problem.dropout = options.dropout;
+  problem.dtype = dtype;
   validate(problem);
-  if (options.threads > 0) omp_set_num_threads(options.threads);
-
-  // Separate Q, K and V: the CPU kernels themselves, not the self-attention layer stack.
-  MemoryLedger ledger;
-  HostSpace space(ledger);
-  // The mask of a one-layer stack (offset 0, the layer) keyed by --seed: what `run --seed` draws for
-  // its first layer's weights is a different seed (the run hashes the problem into it).
-  cpu::LayerShape shape = cpu::LayerShape::of(problem);
-  shape.dropout = philox::make_dropout_mask(problem.dropout, options.seed, 0);
-  const size_t count = Q.data.size();
-  std::vector<float> O(count), dQ(count), dK(K.data.size()), dV(K.data.size());
-  const KeptTensors kept = allocate_kept(variant, problem, space);
-  const cpu::KeptView view = cpu::kept_view(variant, problem, kept);
-  cpu::forward(variant, shape, cpu::Tiling{}, Q.data.data(), K.data.data(), V.data.data(), O.data(), view, space);
-  cpu::backward(variant, shape, cpu::Tiling{}, Q.data.data(), K.data.data(), V.data.data(), O.data(),
-                dO.data.data(), view, dQ.data(), dK.data(), dV.data(), space);
+  std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = options.threads});
+  // The stack's dropout mask is keyed by the run's seed and the layer (0 here): --seed is that seed.
+  RunOptions run;
+  run.seed = options.seed;
+  const Runner::Pass pass =
+      Runner(*device, run).run_once(problem, *implementation, {Q.data, K.data, V.data, dO.data});
 
   std::error_code error;
   std::filesystem::create_directories(options.out, error);
   if (error) throw RuntimeFailure(fmt::format("cannot create '{}': {}", options.out, error.message()));
-  for (const auto& [name, data, shape_of] : {std::tuple{"o.npy", &O, &Q.shape}, std::tuple{"dq.npy", &dQ, &Q.shape},
-                                             std::tuple{"dk.npy", &dK, &K.shape}, std::tuple{"dv.npy", &dV, &K.shape}})
-    write_file_atomically((std::filesystem::path(options.out) / name).string(), encode_npy(*shape_of, *data));
+  for (const auto& [file, data, shape] : {std::tuple{"o.npy", &pass.O, &Q.shape}, std::tuple{"dq.npy", &pass.dQ, &Q.shape},
+                                          std::tuple{"dk.npy", &pass.dK, &K.shape}, std::tuple{"dv.npy", &pass.dV, &K.shape}})
+    write_file_atomically((std::filesystem::path(options.out) / file).string(), encode_npy(*shape, *data));
   return 0;
 }
 
@@ -166,14 +114,12 @@ void register_grad(CLI::App& app) {
   auto options = std::make_shared<GradOptions>();
   CLI::App* sub = app.add_subcommand(
       "grad", "One layer's O and gradients from Q, K, V, dO in .npy files (Q, dO [B,H,N,d]; K, V [B,G,N_k,d] with G "
-              "dividing H; float32 or float64): O, dQ, dK, dV on the cpu; O, dX = dQ + dK + dV on cuda (K = V = Q)");
-  sub->add_option("--backend", options->backend,
-                  "cpu: the fp32 kernels on separate Q, K, V; cuda: one layer of the GPU's implementation, "
-                  "Q = K = V = X in --dtype, writing o.npy and dx.npy (dQ + dK + dV)")
+              "dividing H; float32 or float64): o.npy, dq.npy, dk.npy, dv.npy");
+  sub->add_option("--backend", options->backend, "cpu or cuda: whose implementation runs the layer")
       ->capture_default_str();
-  sub->add_option("--dtype", options->dtype, "Storage dtype on --backend cuda: fp32, bf16 or fp16")
+  sub->add_option("--dtype", options->dtype, "Storage dtype: fp32, bf16 or fp16 (inputs are rounded to it)")
       ->capture_default_str();
-  sub->add_option("--impl", options->impl, "An implementation by name on --backend cuda (e.g. cudnn)");
+  sub->add_option("--impl", options->impl, "An implementation by name (v2.split, cudnn; `flashbench info` lists them)");
   sub->add_option("--variant", options->variant, "standard, v1, v2 or checkpoint")->capture_default_str();
   sub->add_flag("--causal", options->causal,
                 "Apply the causal mask, bottom-right aligned: row i sees keys j <= i + N_k - N (a row that sees none gives 0)");
@@ -186,8 +132,7 @@ void register_grad(CLI::App& app) {
   sub->add_option("--v", options->v, "V.npy [B,G,N_k,d], K's shape")->required();
   sub->add_option("--do", options->dO, "dO.npy [B,H,N,d], the gradient of the loss with respect to O")->required();
   sub->add_option("--out", options->out,
-                  "Directory for o.npy, dq.npy (Q's shape), dk.npy, dv.npy (K's shape) on the cpu, or o.npy, dx.npy "
-                  "on cuda; float32")
+                  "Directory for o.npy, dq.npy (Q's shape), dk.npy, dv.npy (K's shape); float32")
       ->required();
   sub->add_option("--threads", options->threads, "OpenMP threads (default: all cores)");
   set_action(sub, [options, sub](const std::vector<std::string>&) {

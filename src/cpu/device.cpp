@@ -113,8 +113,8 @@ class CpuAttention final : public Implementation {
   std::string_view summary() const override { return summary_; }
 
   std::optional<std::string> unsupported(const Problem& problem) const override {
-    if (problem.dtype != Dtype::fp32 && (!problem.self_attention() || problem.dropout > 0))
-      return std::string("16-bit storage on the CPU runs square self-attention without dropout (use fp32 for G < H, "
+    if (problem.dtype != Dtype::fp32 && (!problem.square() || problem.dropout > 0))
+      return std::string("16-bit storage on the CPU runs G = H, N_k = N without dropout (use fp32 for G < H, "
                          "N_k != N or dropout)");
     return std::nullopt;
   }
@@ -126,14 +126,11 @@ class CpuAttention final : public Implementation {
     constexpr int64_t kFloat = 4;
     // checkpoint keeps nothing, so naive GQA repeats K and V again in each pass (workspace).
     const int64_t repeated = repeats_in_workspace(problem) ? 2 * problem.expanded_kv_elements() * kFloat : 0;
-    // Gradient buffers beside dX: dK and dV as the kernels write them; with self-attention dX = dQ
-    // and they are added to it, otherwise they are added to dC (naive GQA: at H heads, then summed).
-    const int64_t kv_grads = problem.self_attention() ? problem.q_elements()
-                             : problem.repeats_kv()   ? problem.expanded_kv_elements()
-                                                      : problem.kv_elements();
+    // Naive GQA: the kernels write dK and dV of the H repeated heads, summed into the G heads after.
+    const int64_t repeated_grads = problem.repeats_kv() ? 2 * problem.expanded_kv_elements() * kFloat : 0;
     return {.forward_workspace_bytes = workspace(variant_, Pass::forward, shape, tiling_, params.threads) * kFloat + repeated,
             .backward_workspace_bytes = workspace(variant_, Pass::backward, shape, tiling_, params.threads) * kFloat + repeated,
-            .backward_extra_grad_bytes = 2 * kv_grads * kFloat};
+            .backward_extra_grad_bytes = repeated_grads};
   }
 
   void annotate(Row& row) const override {
@@ -142,19 +139,20 @@ class CpuAttention final : public Implementation {
     if (variant_ == Variant::v2) row.diagonal_block = tiling_.diagonal_block;  // only v2 cuts the diagonal
   }
 
-  void forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) override {
+  void forward(LayerCall& call, const LayerInputs& in, void* O, KeptTensors& kept) override {
     const Problem& p = call.problem;
     const LayerShape shape = layer_shape(call);
     if (p.dtype != Dtype::fp32) {
-      forward16(variant_, p.dtype, shape, tiling_, static_cast<const Half*>(X), static_cast<Half*>(O),
-                kept_view16(variant_, p, kept), call.space);
+      forward16(variant_, p.dtype, shape, tiling_, static_cast<const Half*>(in.Q), static_cast<const Half*>(in.K),
+                static_cast<const Half*>(in.V), static_cast<Half*>(O), kept_view16(variant_, p, kept), call.space);
       return;
     }
-    const float* x = static_cast<const float*>(X);
-    const float* kv = call.context ? static_cast<const float*>(call.context) : x;
+    const float* Q = static_cast<const float*>(in.Q);
+    const float* K = static_cast<const float*>(in.K);
+    const float* V = static_cast<const float*>(in.V);
     const KeptView view = kept_view(variant_, p, kept);
     if (!p.repeats_kv()) {
-      cpu::forward(variant_, shape, tiling_, x, kv, kv, static_cast<float*>(O), view, call.space);
+      cpu::forward(variant_, shape, tiling_, Q, K, V, static_cast<float*>(O), view, call.space);
       return;
     }
     // Naive GQA: K and V repeated to H heads (kept for backward, or workspace for checkpoint).
@@ -169,66 +167,54 @@ class CpuAttention final : public Implementation {
       Kx = kept.get<float>("Kx");
       Vx = kept.get<float>("Vx");
     }
-    repeat_heads(p, kv, Kx);
-    repeat_heads(p, kv, Vx);
-    cpu::forward(variant_, shape, tiling_, x, Kx, Vx, static_cast<float*>(O), view, call.space);
+    repeat_heads(p, K, Kx);
+    repeat_heads(p, V, Vx);
+    cpu::forward(variant_, shape, tiling_, Q, Kx, Vx, static_cast<float*>(O), view, call.space);
   }
 
-  void backward(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept, void* dX) override {
+  void backward(LayerCall& call, const LayerInputs& in, const void* O, const void* dO, KeptTensors& kept,
+                const LayerGradients& gradients) override {
     const Problem& p = call.problem;
     const LayerShape shape = layer_shape(call);
+    float* dQ = static_cast<float*>(gradients.dQ);
+    float* dK = static_cast<float*>(gradients.dK);
+    float* dV = static_cast<float*>(gradients.dV);
     if (p.dtype != Dtype::fp32) {
-      backward16_self(call, X, O, dO, kept, dX);
+      backward16(variant_, p.dtype, shape, tiling_, static_cast<const Half*>(in.Q), static_cast<const Half*>(in.K),
+                 static_cast<const Half*>(in.V), static_cast<const Half*>(O), static_cast<const Half*>(dO),
+                 kept_view16(variant_, p, kept), dQ, dK, dV, call.space);
       return;
     }
-    // dQ is written into dX; dK and dV are added to it (self-attention) or to dC.
-    float* dQ = static_cast<float*>(dX);
-    const float* x = static_cast<const float*>(X);
-    const float* kv = call.context ? static_cast<const float*>(call.context) : x;
-    const int64_t kv_elements = p.self_attention() ? p.q_elements()
-                                : p.repeats_kv()   ? p.expanded_kv_elements()
-                                                   : p.kv_elements();
-    Buffer<float> dK(call.space, Tag::grad, kv_elements);
-    Buffer<float> dV(call.space, Tag::grad, kv_elements);
-    const float* K = kv;
-    const float* V = kv;
+    const float* Q = static_cast<const float*>(in.Q);
+    const float* K = static_cast<const float*>(in.K);
+    const float* V = static_cast<const float*>(in.V);
+    const KeptView view = kept_view(variant_, p, kept);
+    if (!p.repeats_kv()) {
+      cpu::backward(variant_, shape, tiling_, Q, K, V, static_cast<const float*>(O), static_cast<const float*>(dO),
+                    view, dQ, dK, dV, call.space);
+      return;
+    }
+    // Naive GQA: the kernels see H K/V heads and write their gradients at H heads, summed per group
+    // into dK and dV afterwards (what repeat_interleave's backward does).
     Buffer<float> repeated;
-    if (p.repeats_kv()) {
-      if (repeats_in_workspace(p)) {
-        repeated = Buffer<float>(call.space, Tag::workspace, 2 * p.expanded_kv_elements());
-        repeat_heads(p, kv, repeated.data());
-        repeat_heads(p, kv, repeated.data() + p.expanded_kv_elements());
-        K = repeated.data();
-        V = K + p.expanded_kv_elements();
-      } else {
-        K = kept.get<float>("Kx");
-        V = kept.get<float>("Vx");
-      }
+    const float* Kx = nullptr;
+    const float* Vx = nullptr;
+    if (repeats_in_workspace(p)) {
+      repeated = Buffer<float>(call.space, Tag::workspace, 2 * p.expanded_kv_elements());
+      repeat_heads(p, K, repeated.data());
+      repeat_heads(p, V, repeated.data() + p.expanded_kv_elements());
+      Kx = repeated.data();
+      Vx = Kx + p.expanded_kv_elements();
+    } else {
+      Kx = kept.get<float>("Kx");
+      Vx = kept.get<float>("Vx");
     }
-    cpu::backward(variant_, shape, tiling_, x, K, V, static_cast<const float*>(O), static_cast<const float*>(dO.data),
-                  kept_view(variant_, p, kept), dQ, dK.data(), dV.data(), call.space);
-    const float* dK_data = dK.data();
-    const float* dV_data = dV.data();
-    if (p.self_attention()) {
-#pragma omp parallel for schedule(static)
-      for (int64_t e = 0; e < kv_elements; ++e) dQ[e] += dK_data[e] + dV_data[e];
-      return;
-    }
-    // dC[g] (+)= Σ over the heads that read it of dK + dV: one head when the kernels reduced the group
-    // themselves, the group's r repeated heads under naive GQA.
-    float* dC = static_cast<float*>(call.context_grad);
-    const int64_t per_head = p.key_seq() * p.head_dim, repeats = p.repeats_kv() ? p.group_size() : 1;
-    const bool first = call.first_context_grad;
-#pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < p.kv_elements(); ++e) {
-      const int64_t g = e / per_head, k = e % per_head;
-      float sum = first ? 0.0f : dC[e];
-      for (int64_t copy = 0; copy < repeats; ++copy) {
-        const int64_t source = (g * repeats + copy) * per_head + k;
-        sum += dK_data[source] + dV_data[source];
-      }
-      dC[e] = sum;
-    }
+    Buffer<float> dKx(call.space, Tag::grad, p.expanded_kv_elements());
+    Buffer<float> dVx(call.space, Tag::grad, p.expanded_kv_elements());
+    cpu::backward(variant_, shape, tiling_, Q, Kx, Vx, static_cast<const float*>(O), static_cast<const float*>(dO),
+                  view, dQ, dKx.data(), dVx.data(), call.space);
+    sum_groups(p, dKx.data(), dK);
+    sum_groups(p, dVx.data(), dV);
   }
 
  private:
@@ -247,29 +233,23 @@ class CpuAttention final : public Implementation {
     return true;
   }
 
-  // out [B,H,N_k,d] = the context [B,G,N_k,d] with each head repeated r = H/G times (repeat_interleave).
-  static void repeat_heads(const Problem& p, const float* context, float* out) {
+  // out [B,H,N_k,d] = x [B,G,N_k,d] with each head repeated r = H/G times (repeat_interleave).
+  static void repeat_heads(const Problem& p, const float* x, float* out) {
     const int64_t per_head = p.key_seq() * p.head_dim, r = p.group_size();
 #pragma omp parallel for schedule(static)
-    for (int64_t h = 0; h < p.heads_total(); ++h) std::copy_n(context + h / r * per_head, per_head, out + h * per_head);
+    for (int64_t h = 0; h < p.heads_total(); ++h) std::copy_n(x + h / r * per_head, per_head, out + h * per_head);
   }
 
-  void backward16_self(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept, void* dX) {
-    const Problem& p = call.problem;
-    const int64_t elements = p.q_elements();
-    // Q, K and V are all X, so dX = dQ + dK + dV: dQ is written into dX, dK and dV added to it.
-    float* dQ = static_cast<float*>(dX);
-    Buffer<float> dK(call.space, Tag::grad, elements);
-    Buffer<float> dV(call.space, Tag::grad, elements);
-    const bool stored = dO.dtype != Dtype::fp32;  // the stack's dO, or dX of the layer above
-    backward16(variant_, p.dtype, LayerShape::of(p), tiling_, static_cast<const Half*>(X), static_cast<const Half*>(O),
-               stored ? static_cast<const Half*>(dO.data) : nullptr,
-               stored ? nullptr : static_cast<const float*>(dO.data), kept_view16(variant_, p, kept),
-               dQ, dK.data(), dV.data(), call.space);
-    const float* dK_data = dK.data();
-    const float* dV_data = dV.data();
+  // out [B,G,N_k,d] = the sums of the r heads of each group of repeated [B,H,N_k,d].
+  static void sum_groups(const Problem& p, const float* repeated, float* out) {
+    const int64_t per_head = p.key_seq() * p.head_dim, r = p.group_size();
 #pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < elements; ++e) dQ[e] += dK_data[e] + dV_data[e];
+    for (int64_t e = 0; e < p.kv_elements(); ++e) {
+      const int64_t g = e / per_head, k = e % per_head;
+      float sum = 0.0f;
+      for (int64_t copy = 0; copy < r; ++copy) sum += repeated[(g * r + copy) * per_head + k];
+      out[e] = sum;
+    }
   }
 
  private:

@@ -11,7 +11,7 @@ namespace {
 
 bool per_head(Variant variant) { return variant == Variant::standard || variant == Variant::v1; }
 
-// 16-bit storage runs square self-attention only (CpuAttention::unsupported says so).
+// 16-bit storage runs square attention only, G = H and N_k = N (CpuAttention::unsupported says so).
 LayerShape one_head(const LayerShape& s) { return {1, s.seq, s.head_dim, s.causal, s.scale, s.score_storage}; }
 
 // fp32 elements of the temporary scores (and row statistics) one head computes or widens.
@@ -22,8 +22,8 @@ int64_t head_scores_elements(Variant variant, const LayerShape& s) {
 
 int64_t staging_elements(Variant variant, Pass pass, const LayerShape& s) {
   const int64_t tensor = s.heads_total * s.seq * s.head_dim;
-  if (pass == Pass::forward) return 2 * tensor;                         // X, O
-  return (variant == Variant::v2 ? 3 : 2) * tensor;                     // X, dO (, O)
+  if (pass == Pass::forward) return 4 * tensor;                         // Q, K, V, O
+  return (variant == Variant::v2 ? 5 : 4) * tensor;                     // Q, K, V, dO (, O)
 }
 
 }  // namespace
@@ -56,18 +56,22 @@ int64_t workspace16_elements(Variant variant, Pass pass, const LayerShape& s, co
   return staging_elements(variant, pass, s) + inner;
 }
 
-void forward16(Variant variant, Dtype dtype, const LayerShape& layer, const Tiling& t, const Half* X, Half* O,
-               const KeptView16& kept, MemorySpace& space) {
+void forward16(Variant variant, Dtype dtype, const LayerShape& layer, const Tiling& t, const Half* Q, const Half* K,
+               const Half* V, Half* O, const KeptView16& kept, MemorySpace& space) {
   LayerShape s = layer;
   s.score_storage = dtype;
   const int64_t BH = s.heads_total, N = s.seq, d = s.head_dim, tensor = BH * N * d;
   Buffer<float> staging(space, Tag::workspace, staging_elements(variant, Pass::forward, s));
-  float* X32 = staging.data();
-  float* O32 = X32 + tensor;
-  widen_from_storage(dtype, X, X32, tensor);
+  float* Q32 = staging.data();
+  float* K32 = Q32 + tensor;
+  float* V32 = K32 + tensor;
+  float* O32 = V32 + tensor;
+  widen_from_storage(dtype, Q, Q32, tensor);
+  widen_from_storage(dtype, K, K32, tensor);
+  widen_from_storage(dtype, V, V32, tensor);
   if (per_head(variant)) {
     for (int64_t h = 0; h < BH; ++h) {
-      const float* X_head = X32 + h * N * d;
+      const int64_t offset = h * N * d;
       // This head's fp32 scores and v1's statistics (workspace, as head_scores_elements counts
       // them), copied into `kept` below: the scores rounded, the statistics as they are.
       Buffer<float> scores(space, Tag::workspace, N * N);
@@ -79,7 +83,7 @@ void forward16(Variant variant, Dtype dtype, const LayerShape& layer, const Tili
         head.row_max = row_max.data();
         head.row_sum = row_sum.data();
       }
-      forward(variant, one_head(s), t, X_head, X_head, X_head, O32 + h * N * d, head, space);
+      forward(variant, one_head(s), t, Q32 + offset, K32 + offset, V32 + offset, O32 + offset, head, space);
       round_to_storage(dtype, scores.data(), kept.scores + h * N * N, N * N);
       if (variant == Variant::v1) {
         std::copy_n(row_max.data(), N, kept.row_max + h * N);
@@ -87,22 +91,25 @@ void forward16(Variant variant, Dtype dtype, const LayerShape& layer, const Tili
       }
     }
   } else {
-    forward(variant, s, t, X32, X32, X32, O32, KeptView{.lse = kept.lse}, space);
+    forward(variant, s, t, Q32, K32, V32, O32, KeptView{.lse = kept.lse}, space);
   }
   round_to_storage(dtype, O32, O, tensor);
 }
 
-void backward16(Variant variant, Dtype dtype, const LayerShape& s, const Tiling& t, const Half* X, const Half* O,
-                const Half* dO_half, const float* dO_float, const KeptView16& kept, float* dQ, float* dK, float* dV,
+void backward16(Variant variant, Dtype dtype, const LayerShape& s, const Tiling& t, const Half* Q, const Half* K,
+                const Half* V, const Half* O, const Half* dO, const KeptView16& kept, float* dQ, float* dK, float* dV,
                 MemorySpace& space) {
   const int64_t BH = s.heads_total, N = s.seq, d = s.head_dim, tensor = BH * N * d;
   Buffer<float> staging(space, Tag::workspace, staging_elements(variant, Pass::backward, s));
-  float* X32 = staging.data();
-  float* dO32 = X32 + tensor;
+  float* Q32 = staging.data();
+  float* K32 = Q32 + tensor;
+  float* V32 = K32 + tensor;
+  float* dO32 = V32 + tensor;
   float* O32 = variant == Variant::v2 ? dO32 + tensor : nullptr;
-  widen_from_storage(dtype, X, X32, tensor);
-  if (dO_half) widen_from_storage(dtype, dO_half, dO32, tensor);
-  else std::copy_n(dO_float, tensor, dO32);
+  widen_from_storage(dtype, Q, Q32, tensor);
+  widen_from_storage(dtype, K, K32, tensor);
+  widen_from_storage(dtype, V, V32, tensor);
+  widen_from_storage(dtype, dO, dO32, tensor);
   if (O32) widen_from_storage(dtype, O, O32, tensor);
 
   if (per_head(variant)) {
@@ -122,12 +129,11 @@ void backward16(Variant variant, Dtype dtype, const LayerShape& s, const Tiling&
         head.row_max = row_max.data();
         head.row_sum = row_sum.data();
       }
-      const float* X_head = X32 + offset;
-      backward(variant, one_head(s), t, X_head, X_head, X_head, nullptr, dO32 + offset, head, dQ + offset,
-               dK + offset, dV + offset, space);
+      backward(variant, one_head(s), t, Q32 + offset, K32 + offset, V32 + offset, nullptr, dO32 + offset, head,
+               dQ + offset, dK + offset, dV + offset, space);
     }
   } else {
-    backward(variant, s, t, X32, X32, X32, O32, dO32, KeptView{.lse = kept.lse}, dQ, dK, dV, space);
+    backward(variant, s, t, Q32, K32, V32, O32, dO32, KeptView{.lse = kept.lse}, dQ, dK, dV, space);
   }
 }
 

@@ -137,6 +137,13 @@ HeadShape head_shape(const ReferenceShape& s, int64_t k = 0, uint64_t layer = 0)
   return {s.seq, s.key_rows(), s.head_dim, s.causal, philox::make_dropout_mask(s.dropout, s.dropout_seed, layer), head};
 }
 
+// The emulated run's gradients as a framework leaves them: each stored in the dtype once summed.
+void store_gradients(const Storage& stored, std::vector<double>& dQ, std::vector<double>& dK, std::vector<double>& dV) {
+  if (!stored.emulate) return;
+  for (std::vector<double>* tensor : {&dQ, &dK, &dV})
+    for (double& x : *tensor) x = stored(x);
+}
+
 }  // namespace
 
 LayerReference reference_layer(const ReferenceShape& s, std::span<const double> Q, std::span<const double> K,
@@ -157,132 +164,150 @@ LayerReference reference_layer(const ReferenceShape& s, std::span<const double> 
       r.dV[kv + e] += dV[e];
     }
   }
+  store_gradients(stored, r.dQ, r.dK, r.dV);
   return r;
 }
 
-StackReference reference_stack(const ReferenceShape& s, int64_t layers, std::span<const double> X0,
-                               std::span<const double> dO, std::optional<Dtype> emulate) {
-  const int64_t N = s.seq, d = s.head_dim, size = s.heads * N * d;
-  const Storage stored{emulate};
-  StackReference result;
-  std::vector<double> P(N * N), dS(N * N), scratch(size);
-  // X[i] is the input of layer i; the backward recomputes each layer's P from it.
-  std::vector<std::vector<double>> X{std::vector<double>(X0.begin(), X0.end())};
-  for (int64_t layer = 0; layer < layers; ++layer) {
-    std::vector<double> out(size);
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const double* x = &X[layer][h * N * d];
-      result.max_abs_score = std::max(result.max_abs_score,
-                                      head_layer(head_shape(s, h, uint64_t(layer)), x, x, x, nullptr, &out[h * N * d], nullptr, nullptr,
-                                                 nullptr, P, dS, stored, false));
-    }
-    X.push_back(std::move(out));
-  }
-  std::vector<double> grad(dO.begin(), dO.end()), dQ(size), dK(size), dV(size);
-  for (int64_t layer = layers - 1; layer >= 0; --layer) {
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t o = h * N * d;
-      const double* x = &X[layer][o];
-      head_layer(head_shape(s, h, uint64_t(layer)), x, x, x, &grad[o], &scratch[o], &dQ[o], &dK[o], &dV[o], P, dS,
-                 stored, true);
-    }
-    // dX = dV + dQ + dK, rounded after each accumulation as a framework storing dX would.
-    for (int64_t e = 0; e < size; ++e) {
-      if (emulate) grad[e] = stored(double(float(stored(double(float(stored(dV[e])) + float(dQ[e])))) + float(dK[e])));
-      else grad[e] = dV[e] + dQ[e] + dK[e];
-    }
-  }
-  result.output = std::move(X[layers]);
-  result.input_grad = std::move(grad);
-  return result;
-}
-
-CrossStackReference reference_cross_stack(const ReferenceShape& s, int64_t layers, std::span<const double> X0,
-                                          std::span<const double> dO, std::span<const double> C,
-                                          std::span<const int64_t> context_head, std::optional<Dtype> emulate) {
-  const int64_t N = s.seq, Nk = s.key_rows(), d = s.head_dim, size = s.heads * N * d, kv_size = Nk * d;
-  const Storage stored{emulate};
-  CrossStackReference result;
-  result.context_grad.assign(C.size(), 0.0);
-  std::vector<double> P(N * Nk), dS(N * Nk), scratch(N * d), dK(kv_size), dV(kv_size);
-  std::vector<std::vector<double>> X{std::vector<double>(X0.begin(), X0.end())};
-  for (int64_t layer = 0; layer < layers; ++layer) {
-    std::vector<double> out(size);
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const double* c = &C[context_head[h] * kv_size];
-      result.max_abs_score = std::max(result.max_abs_score,
-                                      head_layer(head_shape(s, h, uint64_t(layer)), &X[layer][h * N * d], c, c, nullptr, &out[h * N * d], nullptr,
-                                                 nullptr, nullptr, P, dS, stored, false));
-    }
-    X.push_back(std::move(out));
-  }
-  // dX_i = dQ of layer i; dC gathers dK + dV of every layer and every query head reading it, rounded
-  // after each accumulation as a framework storing dC would.
-  std::vector<double> grad(dO.begin(), dO.end()), dQ(N * d);
-  for (int64_t layer = layers - 1; layer >= 0; --layer) {
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t o = h * N * d;
-      const double* c = &C[context_head[h] * kv_size];
-      head_layer(head_shape(s, h, uint64_t(layer)), &X[layer][o], c, c, &grad[o], scratch.data(), dQ.data(), dK.data(), dV.data(), P, dS, stored,
-                 true);
-      for (int64_t e = 0; e < N * d; ++e) grad[o + e] = stored(dQ[e]);
-      double* dc = &result.context_grad[context_head[h] * kv_size];
-      for (int64_t e = 0; e < kv_size; ++e) {
-        if (emulate) dc[e] = stored(double(float(stored(double(float(dc[e]) + float(dK[e])))) + float(dV[e])));
-        else dc[e] += dK[e] + dV[e];
-      }
-    }
-  }
-  result.output = std::move(X[layers]);
-  result.input_grad = std::move(grad);
-  return result;
-}
-
 namespace {
+
+// One head's row statistics, as head_layer computes them in `Acc`: the row maximum of the stored S,
+// the sum of exp(S − max), and D = Σ_j P_ij·dP_ij.
+struct RowStats {
+  double max = 0, sum = 0, D = 0;
+};
+
+// S_ij of one head as head_layer stores it.
 template <class Acc>
-std::vector<double> output_rows(const HeadShape& h, std::span<const double> Q, std::span<const double> KV,
-                                std::span<const int64_t> rows, const Storage& stored, double* max_abs_score) {
-  const int64_t d = h.d;
+double score(const HeadShape& h, const double* Q, const double* K, int64_t i, int64_t j, const Storage& stored) {
+  const double scale = 1.0 / std::sqrt(double(h.d));
+  return stored(double(Acc(scale) * Acc(dot<Acc>(Q + i * h.d, K + j * h.d, h.d))));
+}
+
+// dP_ij = (dO·Vᵀ)_ij ∘ Z/(1 − p), as head_layer stores it.
+template <class Acc>
+double dprob(const HeadShape& h, const double* dO, const double* V, int64_t i, int64_t j, const Storage& stored) {
+  return stored(double(Acc(stored(dot<Acc>(dO + i * h.d, V + j * h.d, h.d))) * Acc(h.keep(i, j))));
+}
+
+// P_ij from the row's statistics, as head_layer stores it.
+template <class Acc>
+double prob(double s, const RowStats& row, const Storage& stored) {
+  return stored(double(std::exp(Acc(s - row.max)) / Acc(row.sum)));
+}
+
+template <class Acc>
+double sampled_head(const HeadShape& h, const double* Q, const double* K, const double* V, const double* dO,
+                    std::span<const int64_t> queries, std::span<const int64_t> keys, const Storage& stored, double* O,
+                    double* dQ, double* dK, double* dV) {
+  const int64_t N = h.N, Nk = h.Nk, d = h.d;
   const double scale = 1.0 / std::sqrt(double(d));
-  std::vector<double> out(rows.size() * d, 0.0), p(h.Nk);
-  double largest = 0;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const int64_t i = rows[r], visible = h.visible(i);
-    double row_max = -INFINITY;
+  std::vector<RowStats> rows(N);
+  double max_abs_score = 0;
+#pragma omp parallel for schedule(dynamic, 16) reduction(max : max_abs_score)
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t visible = h.visible(i);
+    std::vector<double> s(visible);
+    RowStats& row = rows[i];
+    row.max = -INFINITY;
     for (int64_t j = 0; j < visible; ++j) {
-      p[j] = stored(double(Acc(scale) * Acc(dot<Acc>(&Q[i * d], &KV[j * d], d))));
-      largest = std::max(largest, std::fabs(p[j]));
-      row_max = std::max(row_max, p[j]);
+      s[j] = score<Acc>(h, Q, K, i, j, stored);
+      max_abs_score = std::max(max_abs_score, std::fabs(s[j]));
+      row.max = std::max(row.max, s[j]);
     }
     Acc sum = 0;
-    for (int64_t j = 0; j < visible; ++j) sum += std::exp(Acc(p[j] - row_max));
-    std::vector<Acc> o(d, Acc(0));
-    for (int64_t j = 0; j < visible; ++j) {
-      const Acc weight = Acc(stored(double(Acc(stored(double(std::exp(Acc(p[j] - row_max)) / sum))) * Acc(h.keep(i, j)))));
-      for (int64_t k = 0; k < d; ++k) o[k] += weight * Acc(KV[j * d + k]);
-    }
-    for (int64_t k = 0; k < d; ++k) out[r * d + k] = stored(double(o[k]));
+    for (int64_t j = 0; j < visible; ++j) sum += std::exp(Acc(s[j] - row.max));
+    row.sum = double(sum);
+    Acc D = 0;
+    for (int64_t j = 0; j < visible; ++j) D += Acc(prob<Acc>(s[j], row, stored)) * Acc(dprob<Acc>(h, dO, V, i, j, stored));
+    row.D = double(D);
   }
-  if (max_abs_score) *max_abs_score = largest;
-  return out;
+  // O and dQ of the sampled query rows.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t r = 0; r < queries.size(); ++r) {
+    const int64_t i = queries[r], visible = h.visible(i);
+    std::vector<Acc> o(d, Acc(0)), dq(d, Acc(0));
+    for (int64_t j = 0; j < visible; ++j) {
+      const double p = prob<Acc>(score<Acc>(h, Q, K, i, j, stored), rows[i], stored);
+      const Acc dropped = Acc(stored(double(Acc(p) * Acc(h.keep(i, j)))));
+      const Acc ds = Acc(stored(double(Acc(p) * (Acc(dprob<Acc>(h, dO, V, i, j, stored)) - Acc(rows[i].D)))));
+      for (int64_t k = 0; k < d; ++k) {
+        o[k] += dropped * Acc(V[j * d + k]);
+        dq[k] += ds * Acc(K[j * d + k]);
+      }
+    }
+    for (int64_t k = 0; k < d; ++k) {
+      O[r * d + k] = stored(double(o[k]));
+      dQ[r * d + k] = double(Acc(scale) * dq[k]);
+    }
+  }
+  // dK and dV of the sampled key rows: over the query rows that see key j.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t r = 0; r < keys.size(); ++r) {
+    const int64_t j = keys[r];
+    std::vector<Acc> dv(d, Acc(0)), dk(d, Acc(0));
+    for (int64_t i = 0; i < N; ++i) {
+      if (j >= h.visible(i)) continue;
+      const double p = prob<Acc>(score<Acc>(h, Q, K, i, j, stored), rows[i], stored);
+      const Acc dropped = Acc(stored(double(Acc(p) * Acc(h.keep(i, j)))));
+      const Acc ds = Acc(stored(double(Acc(p) * (Acc(dprob<Acc>(h, dO, V, i, j, stored)) - Acc(rows[i].D)))));
+      for (int64_t k = 0; k < d; ++k) {
+        dv[k] += dropped * Acc(dO[i * d + k]);
+        dk[k] += ds * Acc(Q[i * d + k]);
+      }
+    }
+    for (int64_t k = 0; k < d; ++k) {
+      dV[r * d + k] = double(dv[k]);
+      dK[r * d + k] = double(Acc(scale) * dk[k]);
+    }
+  }
+  (void)Nk;
+  return max_abs_score;
 }
+
 }  // namespace
 
-std::vector<double> reference_output_rows(const ReferenceShape& s, std::span<const double> Q,
-                                          std::span<const double> KV, std::span<const int64_t> rows,
-                                          std::optional<Dtype> emulate, double* max_abs_score) {
+SampledReference reference_sampled(const ReferenceShape& s, std::span<const double> Q, std::span<const double> K,
+                                   std::span<const double> V, std::span<const double> dO,
+                                   std::span<const int64_t> queries, std::span<const int64_t> keys,
+                                   std::optional<Dtype> emulate) {
+  const int64_t N = s.seq, Nk = s.key_rows(), d = s.head_dim, q_size = N * d, kv_size = Nk * d;
+  const int64_t kv_heads = s.heads / s.group_size;
+  const int64_t nq = int64_t(queries.size()), nk = int64_t(keys.size());
+  SampledReference r{std::vector<double>(s.heads * nq * d), std::vector<double>(s.heads * nq * d),
+                     std::vector<double>(kv_heads * nk * d, 0.0), std::vector<double>(kv_heads * nk * d, 0.0)};
+  std::vector<double> dK(nk * d), dV(nk * d);
   const Storage stored{emulate};
-  const HeadShape head = head_shape(s, 0, s.dropout_offset);
-  if (emulate) return output_rows<float>(head, Q, KV, rows, stored, max_abs_score);
-  return output_rows<double>(head, Q, KV, rows, stored, max_abs_score);
+  for (int64_t h = 0; h < s.heads; ++h) {
+    const int64_t q = h * q_size, kv = h / s.group_size * kv_size;
+    const HeadShape shape = head_shape(s, h, s.dropout_offset);
+    const double largest =
+        emulate ? sampled_head<float>(shape, &Q[q], &K[kv], &V[kv], &dO[q], queries, keys, stored, &r.O[h * nq * d],
+                                      &r.dQ[h * nq * d], dK.data(), dV.data())
+                : sampled_head<double>(shape, &Q[q], &K[kv], &V[kv], &dO[q], queries, keys, stored, &r.O[h * nq * d],
+                                       &r.dQ[h * nq * d], dK.data(), dV.data());
+    r.max_abs_score = std::max(r.max_abs_score, largest);
+    const int64_t out = h / s.group_size * nk * d;
+    for (int64_t e = 0; e < nk * d; ++e) {  // a K/V head's gradients sum over the query heads reading it
+      r.dK[out + e] += dK[e];
+      r.dV[out + e] += dV[e];
+    }
+  }
+  store_gradients(stored, r.dQ, r.dK, r.dV);
+  return r;
 }
 
-double reference_stack_flop(const Problem& p, int64_t heads) {
-  // Per head and layer: the forward (S and O, 4·N·N_k·d) twice — once going up, once recomputed in
-  // backward — and the backward's four N²·d products (8·N²·d): 16·N²·d, for the exact and the
-  // emulated run.
+double reference_layer_flop(const Problem& p, int64_t heads) {
+  // Per head: the forward's two products (4·N·N_k·d) and the backward's four (8·N·N_k·d) with the
+  // scores recomputed (4·N·N_k·d), 16·N·N_k·d, for the exact and the emulated run.
   const double N = double(p.seq), Nk = double(p.key_seq()), d = double(p.head_dim);
-  return 2.0 * 16.0 * N * Nk * d * double(p.layers) * double(heads);
+  return 2.0 * 16.0 * N * Nk * d * double(heads);
+}
+
+double reference_sampled_flop(const Problem& p, int64_t heads, int64_t queries, int64_t keys) {
+  // Per head: S and dP of every row (4·N·N_k·d), then per sampled query row S, dP, O and dQ over
+  // the keys (8·N_k·d) and per sampled key row the same over the queries (8·N·d); exact and emulated.
+  const double N = double(p.seq), Nk = double(p.key_seq()), d = double(p.head_dim);
+  return 2.0 * double(heads) * (4.0 * N * Nk * d + 8.0 * d * (double(queries) * Nk + double(keys) * N));
 }
 
 }  // namespace flashbench

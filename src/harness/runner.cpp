@@ -25,83 +25,104 @@ namespace flashbench {
 
 namespace {
 
-// Which part of a problem the float64 reference covers: the whole stack on a few heads (the stack's
-// query heads never mix), sampled rows of the output when one layer's whole head is over the budget,
-// or nothing, with the reason. Where the stack attends to a context, the heads are those of the first
-// K/V group and the last head, so that dC of K/V head 0 — a sum over its whole group — is checked.
+// Which part of layer 0 of input set 0 the float64 reference covers (the layers are alike and
+// independent, and so are heads). `heads` are flattened B·H query heads: the whole groups of the K/V
+// heads in `kv_heads` (then dK and dV of those K/V heads are compared, each a sum over its whole
+// group), or single query heads where even one group is past the budget (then dK and dV are not
+// compared, and the row says so). Kind::whole computes them whole; Kind::sampled computes the exact
+// row statistics of every query row of those heads and then O and dQ of `query_rows` and dK and dV
+// of `key_rows`; Kind::none checks nothing, with the reason.
 struct ReferencePlan {
-  enum class Kind { none, stack, rows } kind = Kind::none;
-  std::vector<int64_t> heads;  // flattened B·H indices
-  std::vector<int64_t> rows;   // Kind::rows: rows of heads[0]
-  std::vector<int64_t> context_heads;   // flattened B·G indices of C that `heads` read, in order
-  std::vector<int64_t> context_of;      // heads[k] reads context_heads[context_of[k]]
-  std::vector<int64_t> checked_context; // indices into context_heads whose dC the reference has whole
-  std::string not_checked;     // Kind::none: why
-  int64_t working_bytes = 0;   // host memory while it is computed [bytes]
-  int64_t kept_bytes = 0;      // host memory it and the captured outputs hold afterwards [bytes]
+  enum class Kind { none, whole, sampled } kind = Kind::none;
+  std::vector<int64_t> heads;      // flattened B·H query heads, in order
+  std::vector<int64_t> kv_heads;   // flattened B·G K/V heads whose every query head is in `heads`
+  std::vector<int64_t> query_rows; // Kind::sampled: rows of every head in `heads`
+  std::vector<int64_t> key_rows;   // Kind::sampled: rows of every K/V head in `kv_heads`
+  std::string not_checked;         // Kind::none: why
+  std::string partial;             // what is not compared, and why (dK and dV of partial groups)
+  int64_t working_bytes = 0;       // host memory while it is computed [bytes]
+  int64_t kept_bytes = 0;          // host memory it and the captured outputs hold afterwards [bytes]
+  bool groups_whole() const { return !kv_heads.empty(); }
 };
 
-// The plan's context heads for its query heads, and which of them have their whole group.
-void plan_context(const Problem& p, ReferencePlan& plan) {
-  if (p.self_attention()) return;
-  const int64_t r = p.group_size();
-  for (int64_t h : plan.heads) {
-    const int64_t g = h / r;
-    if (plan.context_heads.empty() || plan.context_heads.back() != g) plan.context_heads.push_back(g);
-    plan.context_of.push_back(int64_t(plan.context_heads.size()) - 1);
-  }
-  if (plan.kind != ReferencePlan::Kind::stack) return;
-  for (size_t k = 0; k < plan.context_heads.size(); ++k) {
-    const int64_t g = plan.context_heads[k];
-    const auto covered = std::count_if(plan.heads.begin(), plan.heads.end(), [&](int64_t h) { return h / r == g; });
-    if (covered == r) plan.checked_context.push_back(int64_t(k));
-  }
+// `count` rows of `rows` spread out: the last and the first, then a stride prime to most sizes.
+std::vector<int64_t> sample_rows(int64_t rows, int64_t count) {
+  std::vector<int64_t> sample;
+  for (int64_t k = 0; k < count && k < rows; ++k) sample.push_back((k * 7919 + rows - 1) % rows);
+  sample.push_back(0);
+  std::sort(sample.begin(), sample.end());
+  sample.erase(std::unique(sample.begin(), sample.end()), sample.end());
+  return sample;
 }
+
+constexpr int64_t kSampledRows = 16;
+// The sampled check may cost this many times the budget of the whole one: it runs only where the
+// whole one does not fit, and a large run without any check of its backward is worse than a slower
+// check (N = 64K, d = 128: about 4.4e12 FLOP a head).
+constexpr double kSampledBudgetFactor = 20;
 
 ReferencePlan plan_reference(const Problem& p, const RunOptions& options) {
   ReferencePlan plan;
   if (!options.check) return plan;
-  const int64_t BH = p.heads_total(), N = p.seq, Nk = p.key_seq(), d = p.head_dim;
+  const int64_t BH = p.heads_total(), BG = p.batch * p.key_heads(), r = p.group_size();
+  const int64_t N = p.seq, Nk = p.key_seq(), d = p.head_dim;
   const double budget = options.reference_flop_budget;
-  // The first and the last head: an indexing error past head 0 shows in the last. With a context,
-  // first the whole first group with the last head.
-  std::vector<std::vector<int64_t>> choices;
-  if (!p.self_attention() && p.group_size() > 1) {
-    std::vector<int64_t> group;
-    for (int64_t h = 0; h < p.group_size(); ++h) group.push_back(h);
-    if (group.back() != BH - 1) group.push_back(BH - 1);
-    choices.push_back(group);
+  // The first and the last K/V head with all their query heads (an indexing error past head 0 shows
+  // in the last), then the first alone; then single query heads, first and last, then the first.
+  struct Choice {
+    std::vector<int64_t> kv_heads, heads;
+  };
+  std::vector<Choice> choices;
+  for (const std::vector<int64_t>& groups : {BG >= 2 ? std::vector<int64_t>{0, BG - 1} : std::vector<int64_t>{0},
+                                             std::vector<int64_t>{0}}) {
+    Choice choice{groups, {}};
+    for (int64_t g : groups)
+      for (int64_t h = g * r; h < (g + 1) * r; ++h) choice.heads.push_back(h);
+    choices.push_back(choice);
   }
-  choices.push_back(BH >= 2 ? std::vector<int64_t>{0, BH - 1} : std::vector<int64_t>{0});
-  choices.push_back({0});
-  for (const std::vector<int64_t>& heads : choices) {
-    if (reference_stack_flop(p, int64_t(heads.size())) > budget) continue;
-    plan.kind = ReferencePlan::Kind::stack;
-    plan.heads = heads;
-    plan_context(p, plan);
-    const int64_t slice = int64_t(heads.size()) * N * d;
-    const int64_t context = int64_t(plan.context_heads.size()) * Nk * d;
-    // Inputs, every layer's X, five [heads,N,d] gradients and scratch, and P and dS of one head, in
-    // double, the context and its gradient; then the exact and emulated results (double) and the
-    // captured outputs (float).
-    plan.working_bytes = (p.layers + 8) * slice * 8 + 2 * N * Nk * 8 + 4 * slice * 8 + 6 * context * 8;
-    plan.kept_bytes = 4 * slice * 8 + 2 * slice * 4 + 2 * context * (8 + 4);
-    return plan;
+  if (r > 1) {
+    choices.push_back({{}, BH >= 2 ? std::vector<int64_t>{0, BH - 1} : std::vector<int64_t>{0}});
+    choices.push_back({{}, {0}});
   }
-  if (p.layers == 1) {
-    plan.kind = ReferencePlan::Kind::rows;
-    plan.heads = {0};
-    plan_context(p, plan);
-    for (int64_t sample = 0; sample < 16 && sample < N; ++sample)
-      plan.rows.push_back((sample * 7919 + N - 1) % N);  // the last row, then spread out
-    std::sort(plan.rows.begin(), plan.rows.end());
-    plan.rows.erase(std::unique(plan.rows.begin(), plan.rows.end()), plan.rows.end());
-    plan.working_bytes = (N * d + Nk * d + Nk) * 8;
-    plan.kept_bytes = 3 * int64_t(plan.rows.size()) * d * 8;
-    return plan;
-  }
-  plan.not_checked = fmt::format("float64 reference of one head would take {:.2g} FLOP, over the budget of {:.2g}",
-                                 reference_stack_flop(p, 1), budget);
+  const auto take = [&](ReferencePlan::Kind kind, const Choice& choice) {
+    plan.kind = kind;
+    plan.heads = choice.heads;
+    plan.kv_heads = choice.kv_heads;
+    if (!plan.groups_whole())
+      plan.partial = fmt::format("dK and dV not compared: one K/V head's group of {} query heads is over the check's "
+                                 "budget",
+                                 r);
+    const int64_t heads = int64_t(plan.heads.size());
+    // Host copies of the heads' inputs (Q, dO and K, V per head or per group) in double.
+    const int64_t inputs = (2 * heads * N * d + 2 * heads * Nk * d) * 8;
+    if (kind == ReferencePlan::Kind::whole) {
+      // Inputs; P and dS of one head and its dK, dV; the exact and the emulated results; the captured
+      // outputs (float).
+      plan.working_bytes = inputs + 2 * N * Nk * 8 + 2 * Nk * d * 8 + 2 * (2 * heads * N * d + 2 * heads * Nk * d) * 8;
+      plan.kept_bytes = (2 * heads * N * d + 2 * heads * Nk * d) * (2 * 8 + 4);
+    } else {
+      plan.query_rows = sample_rows(N, kSampledRows);
+      plan.key_rows = sample_rows(Nk, kSampledRows);
+      const int64_t sampled = 2 * heads * (int64_t(plan.query_rows.size()) + int64_t(plan.key_rows.size())) * d;
+      plan.working_bytes = inputs + N * (3 * 8 + Nk * 8) + 2 * sampled * 8;
+      plan.kept_bytes = sampled * (2 * 8 + 4);
+    }
+  };
+  for (const Choice& choice : choices)
+    if (reference_layer_flop(p, int64_t(choice.heads.size())) <= budget) {
+      take(ReferencePlan::Kind::whole, choice);
+      return plan;
+    }
+  for (const Choice& choice : choices)
+    if (reference_sampled_flop(p, int64_t(choice.heads.size()), kSampledRows + 1, kSampledRows + 1) <=
+        kSampledBudgetFactor * budget) {
+      take(ReferencePlan::Kind::sampled, choice);
+      return plan;
+    }
+  plan.not_checked = fmt::format("the sampled float64 reference of one head would take {:.2g} FLOP, over {:.0f}x the "
+                                 "budget of {:.2g}",
+                                 reference_sampled_flop(p, 1, kSampledRows + 1, kSampledRows + 1),
+                                 kSampledBudgetFactor, budget);
   return plan;
 }
 
@@ -110,7 +131,16 @@ double relative_error(std::span<const double> x, std::span<const double> ref) {
   return max_relative_error(narrowed, ref);
 }
 
-// Heads `heads` of a tensor of [*, per_head] elements on the device, one after the other.
+// A [B, heads, rows, d] tensor on the device: Q, O, dO and dQ have H heads and N rows; K, V, dK and
+// dV have G heads and N_k rows.
+struct TensorShape {
+  int64_t heads = 0, rows = 0;
+  static TensorShape queries(const Problem& p) { return {p.heads, p.seq}; }
+  static TensorShape keys(const Problem& p) { return {p.key_heads(), p.key_seq()}; }
+  int64_t per_head(const Problem& p) const { return rows * p.head_dim; }
+};
+
+// Heads `heads` of a tensor on the device, whole, one after the other.
 std::vector<float> gather_heads(Device& device, const void* tensor, Dtype dtype, std::span<const int64_t> heads,
                                 int64_t per_head) {
   std::vector<float> out;
@@ -121,24 +151,33 @@ std::vector<float> gather_heads(Device& device, const void* tensor, Dtype dtype,
   return out;
 }
 
-// Elements of `heads` (or of rows of heads[0]) of a [B·H, N, d] tensor on the device.
-std::vector<float> gather(Device& device, const void* tensor, Dtype dtype, const Problem& p, const ReferencePlan& plan) {
-  const int64_t N = p.seq, d = p.head_dim;
-  if (plan.kind != ReferencePlan::Kind::rows) return gather_heads(device, tensor, dtype, plan.heads, N * d);
+// Rows `rows` of heads `heads` of a tensor on the device, head after head.
+std::vector<float> gather_rows(Device& device, const void* tensor, Dtype dtype, std::span<const int64_t> heads,
+                               std::span<const int64_t> rows, const Problem& p, TensorShape shape) {
   std::vector<float> out;
-  for (int64_t row : plan.rows) {
-    const std::vector<float> part = device.download(tensor, dtype, (plan.heads[0] * N + row) * d, d);
-    out.insert(out.end(), part.begin(), part.end());
-  }
+  for (int64_t h : heads)
+    for (int64_t row : rows) {
+      const std::vector<float> part = device.download(tensor, dtype, (h * shape.rows + row) * p.head_dim, p.head_dim);
+      out.insert(out.end(), part.begin(), part.end());
+    }
   return out;
 }
 
-// The context heads of the plan whose dC the reference has whole, from a [B·G, N_k, d] tensor.
-std::vector<float> gather_checked_context(Device& device, const void* tensor, Dtype dtype, const Problem& p,
-                                          const ReferencePlan& plan) {
-  std::vector<int64_t> heads;
-  for (int64_t k : plan.checked_context) heads.push_back(plan.context_heads[k]);
-  return gather_heads(device, tensor, dtype, heads, p.key_seq() * p.head_dim);
+// What the plan compares of a query-side tensor (O, dQ: its heads) or a key-side one (dK, dV: its K/V
+// heads), whole or in its sampled rows.
+std::vector<float> gather_queries(Device& device, const void* tensor, Dtype dtype, const Problem& p,
+                                  const ReferencePlan& plan) {
+  const TensorShape shape = TensorShape::queries(p);
+  if (plan.kind == ReferencePlan::Kind::sampled)
+    return gather_rows(device, tensor, dtype, plan.heads, plan.query_rows, p, shape);
+  return gather_heads(device, tensor, dtype, plan.heads, shape.per_head(p));
+}
+std::vector<float> gather_keys(Device& device, const void* tensor, Dtype dtype, const Problem& p,
+                               const ReferencePlan& plan) {
+  const TensorShape shape = TensorShape::keys(p);
+  if (plan.kind == ReferencePlan::Kind::sampled)
+    return gather_rows(device, tensor, dtype, plan.kv_heads, plan.key_rows, p, shape);
+  return gather_heads(device, tensor, dtype, plan.kv_heads, shape.per_head(p));
 }
 
 // 64-bit FNV-1a over the bits of float values, one 32-bit word at a time: a fingerprint of a
@@ -152,14 +191,6 @@ uint64_t fnv1a(uint64_t hash, std::span<const float> values) {
   return hash;
 }
 std::string hex(uint64_t hash) { return fmt::format("{:016x}", hash); }
-
-// A [B, heads, rows, d] tensor on the device: X, O, dO and dX have H heads and N rows, the context C
-// and its gradient dC have G heads and N_k rows.
-struct TensorShape {
-  int64_t heads = 0, rows = 0;
-  static TensorShape queries(const Problem& p) { return {p.heads, p.seq}; }
-  static TensorShape context(const Problem& p) { return {p.key_heads(), p.key_seq()}; }
-};
 
 // The elements of a [B, heads, rows, d] tensor on the device, 16 MiB of them at a time on the host.
 constexpr int64_t kScanChunk = int64_t{1} << 22;  // [elements]
@@ -206,34 +237,17 @@ double max_row_norm(Device& device, const void* tensor, Dtype dtype, const Probl
   return std::sqrt(max_square);
 }
 
-// How large the logits |S_ij| = scale·|q_i·k_j| of the stack get, and whether that size is met.
-struct LogitSize {
-  double value = 0;
-  bool attained = false;  // some S_ij equals it; otherwise it is an upper bound
-};
-
-// Self-attention: scale·max_i |x_i|² over the rows of X_0, met by layer 0's diagonal (Q = K = X,
-// never masked); a layer's output rows are convex combinations of its input rows, so without dropout
-// no later layer goes past it (dropout's 1/(1 − p) can; the size is then met, a lower bound).
-// Attention to a context C: Cauchy-Schwarz bounds layer 0 by scale·max|x|·max|c| and, as every later
-// layer's rows are combinations of C's rows (with weights summing to at most 1/(1 − p)), the later
-// ones by scale·max|c|²/(1 − p): an upper bound, not met in general.
-LogitSize logit_size(Device& device, const Problem& p, const void* X0, const void* C) {
-  const double x = max_row_norm(device, X0, p.dtype, p, TensorShape::queries(p));
-  if (p.self_attention()) return {double(p.scale()) * x * x, true};
-  const double c = max_row_norm(device, C, p.dtype, p, TensorShape::context(p));
-  return {double(p.scale()) * c * std::max(x, c / (1.0 - p.dropout)), false};
-}
-
 // The hazards of a problem's inputs, named for the row: logits beyond what a 16-bit tensor holds,
-// where a kernel that stores S in the storage dtype (v1 keeps S) would hold inf.
-std::vector<std::string> input_hazards(const Problem& p, LogitSize logits) {
+// where a kernel that stores S in the storage dtype (v1 keeps S) would hold inf. Q and K are
+// independent, so the logits |S_ij| = scale·|q_i·k_j| of a layer are bounded (Cauchy-Schwarz) by
+// scale·max_i|q_i|·max_j|k_j|, which they need not reach.
+std::vector<std::string> input_hazards(const Problem& p, double logit_bound) {
   std::vector<std::string> hazards;
   constexpr double kFp16Max = 65504;
-  if (p.dtype == Dtype::fp16 && logits.value > kFp16Max)
-    hazards.push_back(fmt::format("fp16 overflow: the logits {} |S| = {:.3g}, beyond fp16's largest {:.0f}; "
+  if (p.dtype == Dtype::fp16 && logit_bound > kFp16Max)
+    hazards.push_back(fmt::format("fp16 overflow: the logits may reach |S| = {:.3g}, beyond fp16's largest {:.0f}; "
                                   "S stored in fp16 is inf there",
-                                  logits.attained ? "reach" : "may reach", logits.value, kFp16Max));
+                                  logit_bound, kFp16Max));
   return hazards;
 }
 
@@ -250,8 +264,14 @@ uint64_t problem_seed(const RunOptions& options, const Problem& problem) {
   return options.seed ^ std::hash<std::string>{}(problem.describe());
 }
 
-// The seed of input set k's context, apart from the X0 and dO seeds of every set.
-uint64_t context_seed(uint64_t seed, int64_t set) { return seed + (uint64_t{1} << 32) + uint64_t(set); }
+// The tensors of one layer's inputs, in the order of their seeds.
+enum class InputTensor { Q, K, V, dO };
+constexpr int64_t kInputTensors = 4;
+
+// The seed of one input tensor: input set `set`, layer `layer`; every tensor of a problem its own.
+uint64_t tensor_seed(uint64_t seed, int64_t set, int64_t layer, InputTensor tensor) {
+  return seed + uint64_t(((set * kMaxLayers + layer) * kInputTensors) + int64_t(tensor));
+}
 
 // Multiplies `elements` values of a tensor on the device by `scale`, a chunk at a time on the host.
 void scale_on_device(Device& device, Dtype dtype, void* tensor, int64_t elements, double scale) {
@@ -262,25 +282,79 @@ void scale_on_device(Device& device, Dtype dtype, void* tensor, int64_t elements
   }
 }
 
-// One input set on the device: X0, dO and (where the stack attends to one) the context C, tag input.
-// X0 and C are standard normal times `scale` (--input-scale: the logits grow as its square), dO
-// standard normal.
-struct InputSet {
-  RawBuffer X0, dO, C;
-  InputSet(Device& device, MemorySpace& space, const Problem& p, uint64_t seed, int64_t set, double scale) {
-    const int64_t bytes = p.q_elements() * element_bytes(p.dtype);
-    X0 = RawBuffer(space, Tag::input, bytes);
-    dO = RawBuffer(space, Tag::input, bytes);
-    device.fill_normal(p.dtype, X0.data(), p.q_elements(), seed + 2 * uint64_t(set));
-    device.fill_normal(p.dtype, dO.data(), p.q_elements(), seed + 2 * uint64_t(set) + 1);
-    if (scale != 1) scale_on_device(device, p.dtype, X0.data(), p.q_elements(), scale);
-    if (p.self_attention()) return;
-    C = RawBuffer(space, Tag::input, p.kv_elements() * element_bytes(p.dtype));
-    device.fill_normal(p.dtype, C.data(), p.kv_elements(), context_seed(seed, set));
-    if (scale != 1) scale_on_device(device, p.dtype, C.data(), p.kv_elements(), scale);
+// The bytes of one layer's inputs, Q, K, V and dO, in the storage dtype. [bytes]
+int64_t layer_input_bytes(const Problem& p) {
+  return (2 * p.q_elements() + 2 * p.kv_elements()) * element_bytes(p.dtype);
+}
+
+// One layer's inputs on the device, tag input: Q, K, V standard normal times `scale` (--input-scale:
+// the logits grow as its square), dO standard normal, each drawn independently, as the peers draw
+// them.
+struct LayerInputSet {
+  RawBuffer Q, K, V, dO;
+  LayerInputSet(Device& device, MemorySpace& space, const Problem& p, uint64_t seed, int64_t set, int64_t layer,
+                double scale) {
+    const auto make = [&](RawBuffer& buffer, int64_t elements, InputTensor tensor, double factor) {
+      buffer = RawBuffer(space, Tag::input, elements * element_bytes(p.dtype));
+      device.fill_normal(p.dtype, buffer.data(), elements, tensor_seed(seed, set, layer, tensor));
+      if (factor != 1) scale_on_device(device, p.dtype, buffer.data(), elements, factor);
+    };
+    make(Q, p.q_elements(), InputTensor::Q, scale);
+    make(K, p.kv_elements(), InputTensor::K, scale);
+    make(V, p.kv_elements(), InputTensor::V, scale);
+    make(dO, p.q_elements(), InputTensor::dO, 1);
   }
-  const void* context() const { return C.empty() ? nullptr : C.data(); }
+  LayerData data() const { return {{Q.data(), K.data(), V.data()}, dO.data()}; }
 };
+
+// One input set: every layer's inputs.
+struct InputSet {
+  std::vector<LayerInputSet> layers;
+  std::vector<LayerData> data;
+  InputSet(Device& device, MemorySpace& space, const Problem& p, uint64_t seed, int64_t set, double scale) {
+    layers.reserve(size_t(p.layers));
+    for (int64_t i = 0; i < p.layers; ++i) {
+      layers.emplace_back(device, space, p, seed, set, i, scale);
+      data.push_back(layers.back().data());
+    }
+  }
+};
+
+// Folds every input of the set into `hash`, layer by layer (Q, K, V, dO); throws as hash_finite does.
+uint64_t hash_inputs(Device& device, const Problem& p, const InputSet& inputs, uint64_t hash) {
+  const TensorShape queries = TensorShape::queries(p), keys = TensorShape::keys(p);
+  for (size_t i = 0; i < inputs.layers.size(); ++i) {
+    const LayerInputSet& layer = inputs.layers[i];
+    hash = hash_finite(device, layer.Q.data(), p.dtype, p, queries, fmt::format("the input Q of layer {}", i), hash);
+    hash = hash_finite(device, layer.K.data(), p.dtype, p, keys, fmt::format("the input K of layer {}", i), hash);
+    hash = hash_finite(device, layer.V.data(), p.dtype, p, keys, fmt::format("the input V of layer {}", i), hash);
+    hash = hash_finite(device, layer.dO.data(), p.dtype, p, queries, fmt::format("the input dO of layer {}", i), hash);
+  }
+  return hash;
+}
+
+// The largest logit bound over the layers of the set (input_hazards).
+double logit_bound(Device& device, const Problem& p, const InputSet& inputs) {
+  double bound = 0;
+  for (const LayerInputSet& layer : inputs.layers)
+    bound = std::max(bound, double(p.scale()) * max_row_norm(device, layer.Q.data(), p.dtype, p, TensorShape::queries(p)) *
+                                max_row_norm(device, layer.K.data(), p.dtype, p, TensorShape::keys(p)));
+  return bound;
+}
+
+// Folds every layer's output O_i, then layer 0's dQ, dK, dV, into `hash`; throws as hash_finite does.
+uint64_t hash_outputs(Device& device, const Problem& p, const LayerStack& stack, uint64_t hash) {
+  for (int64_t i = 0; i < p.layers; ++i)
+    hash = hash_finite(device, stack.output(i), p.dtype, p, TensorShape::queries(p),
+                       fmt::format("the output O of layer {}", i), hash);
+  return hash;
+}
+uint64_t hash_gradients(Device& device, const Problem& p, const LayerStack::Gradients& gradients, uint64_t hash) {
+  const Dtype dtype = device.gradient_dtype(p);
+  hash = hash_finite(device, gradients.dQ.data(), dtype, p, TensorShape::queries(p), "the gradient dQ of layer 0", hash);
+  hash = hash_finite(device, gradients.dK.data(), dtype, p, TensorShape::keys(p), "the gradient dK of layer 0", hash);
+  return hash_finite(device, gradients.dV.data(), dtype, p, TensorShape::keys(p), "the gradient dV of layer 0", hash);
+}
 
 // A failed check's one line: the tensors over the tolerance by name ("input_grad differs from
 // float64 by …"), or "outputs" where the check did not keep them apart.
@@ -296,32 +370,44 @@ std::string failed_check_reason(const Check& check) {
                      check.tolerance);
 }
 
-// The exact and the naive results on the plan's part of the problem, and the judgement.
+// What an implementation produced of what the reference covers: layer 0's O, dQ, dK, dV (dK and dV
+// empty where the plan does not compare them).
+struct Captured {
+  std::vector<float> O, dQ, dK, dV;
+};
+
+// The exact and the naive results on the plan's part of layer 0, and the judgement.
 struct Reference {
   ReferencePlan plan;
-  std::vector<double> output, input_grad, context_grad;  // exact; dC of plan.checked_context
-  // The naive computation's error against each of them (empty where the plan compares fewer).
-  std::optional<double> naive_output_error, naive_input_grad_error, naive_context_grad_error;
+  std::vector<double> O, dQ, dK, dV;  // exact
+  // The naive computation's error against each of them (dK, dV: empty where the plan compares fewer).
+  std::optional<double> naive_O, naive_dQ, naive_dK, naive_dV;
   double max_abs_score = 0;
 
   // FlashAttention's bar: the error may be a small multiple of that of the same computation done
   // naively in the storage precision, plus what exp(S − LSE) costs in fp32 at the largest logit
-  // (its condition number is its argument) and a floor for summation order.
-  Check judge(const Problem& p, const std::vector<float>& got_output, const std::vector<float>& got_grad,
-              const std::vector<float>& got_context_grad) const {
+  // (its condition number is its argument) and a floor for summation order. Each tensor is compared
+  // apart, so that an error moving between dK and dV cannot cancel.
+  Check judge(const Problem& p, const Captured& got) const {
     Check check;
-    check.reference = plan.kind == ReferencePlan::Kind::rows ? "float64 rows (output)" : "float64";
-    auto compare = [&](const char* name, const std::vector<float>& got, const std::vector<double>& exact,
+    check.reference = plan.kind == ReferencePlan::Kind::sampled
+                          ? fmt::format("float64 ({} query and {} key rows of {} heads)", plan.query_rows.size(),
+                                        plan.key_rows.size(), plan.heads.size())
+                          : "float64";
+    auto compare = [&](const char* name, const std::vector<float>& mine, const std::vector<double>& exact,
                        std::optional<double> naive) {
-      const double error = max_relative_error(got, exact);
+      const double error = max_relative_error(mine, exact);
       check.tensors.push_back({name, error, naive});
       check.max_rel_err = std::max(check.max_rel_err, error);
     };
-    compare("output", got_output, output, naive_output_error);
-    if (!got_grad.empty()) compare("input_grad", got_grad, input_grad, naive_input_grad_error);
-    if (!got_context_grad.empty()) compare("context_grad", got_context_grad, context_grad, naive_context_grad_error);
+    compare("O", got.O, O, naive_O);
+    compare("dQ", got.dQ, dQ, naive_dQ);
+    if (plan.groups_whole()) {
+      compare("dK", got.dK, dK, naive_dK);
+      compare("dV", got.dV, dV, naive_dV);
+    }
     // The bar is made of the largest naive error.
-    for (const std::optional<double>& error : {naive_output_error, naive_input_grad_error, naive_context_grad_error})
+    for (const std::optional<double>& error : {naive_O, naive_dQ, naive_dK, naive_dV})
       if (error) check.naive_rel_err = std::max(check.naive_rel_err.value_or(*error), *error);
     const double logit_bound = 8.0 * max_abs_score * std::ldexp(1.0, -24);
     const double floor = p.dtype == Dtype::fp32 ? 1e-5 : 1e-6;
@@ -340,9 +426,8 @@ struct Setting {
   std::optional<int64_t> limit;           // the device's memory a run may use [bytes]
   std::optional<int64_t> host_available;  // the host's, for the harness's own buffers [bytes]
   ReferencePlan reference;
-  uint64_t seed = 0;                      // of input set 0; set k uses seed + 2k (X0), + 2k + 1 (dO),
-                                          // context_seed(seed, k) (C)
-  double input_scale = 1;                 // X0 and C are standard normal times this
+  uint64_t seed = 0;                      // of the problem's inputs (tensor_seed)
+  double input_scale = 1;                 // Q, K and V are standard normal times this
   int64_t host_bytes = 0;                 // what the harness holds on the host beside a run [bytes]
   int64_t device_bytes = 0;               // ... and on the device, outside the ledger [bytes]
 };
@@ -358,15 +443,16 @@ Setting settle(Device& device, const RunOptions& options, const Problem& problem
   s.input_scale = options.input_scale;
   s.reference = plan_reference(problem, options);
   if (s.reference.kind != ReferencePlan::Kind::none) {
-    // The reference reads input set 0 as the device filled it: one set on the device, and its
-    // working memory on the host.
-    const int64_t host_need = s.reference.working_bytes + (device.shares_host_memory() ? input_bytes(problem) : 0);
+    // The reference reads layer 0 of input set 0 as the device filled it: that layer on the device,
+    // and its working memory on the host.
+    const int64_t layer_inputs = layer_input_bytes(problem);
+    const int64_t host_need = s.reference.working_bytes + (device.shares_host_memory() ? layer_inputs : 0);
     std::optional<std::string> why;
     if (s.host_available && host_need > *s.host_available)
       why = fmt::format("the float64 reference needs {} of host memory, {} available", format_bytes(host_need),
                         format_bytes(*s.host_available));
-    else if (!device.shares_host_memory() && s.limit && input_bytes(problem) > *s.limit)
-      why = fmt::format("the reference's inputs need {}, {} available", format_bytes(input_bytes(problem)),
+    else if (!device.shares_host_memory() && s.limit && layer_inputs > *s.limit)
+      why = fmt::format("the reference's inputs need {}, {} available", format_bytes(layer_inputs),
                         format_bytes(*s.limit));
     if (why) {
       s.reference = ReferencePlan{};
@@ -415,7 +501,7 @@ std::vector<Row> preflight(Device& device, const RunOptions& options, const Prob
   return rows;
 }
 
-// The float64 reference on input set 0 as the device filled it, or why there is none.
+// The float64 reference on layer 0 of input set 0 as the device filled it, or why there is none.
 std::optional<Reference> make_reference(Device& device, const Problem& problem, const Setting& s,
                                         std::string& why_not) {
   const ReferencePlan& plan = s.reference;
@@ -426,61 +512,47 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
   try {
     MemoryLedger ledger(s.limit.value_or(MemoryLedger::kUnlimited));
     std::unique_ptr<MemorySpace> space = device.open_space(ledger);
-    const InputSet inputs(device, *space, problem, s.seed, 0, s.input_scale);
-    Reference r;
-    r.plan = plan;
-    const ReferencePlan whole_heads{ReferencePlan::Kind::stack, plan.heads, {}, {}, {}, {}, {}, 0, 0};
-    const std::vector<float> x_stored = gather(device, inputs.X0.data(), problem.dtype, problem, whole_heads);
-    const std::vector<double> x(x_stored.begin(), x_stored.end());
-    std::vector<double> c;
-    if (!problem.self_attention()) {
-      const std::vector<float> c_stored = gather_heads(device, inputs.C.data(), problem.dtype, plan.context_heads,
-                                                       problem.key_seq() * problem.head_dim);
-      c.assign(c_stored.begin(), c_stored.end());
-    }
-    ReferenceShape shape{int64_t(plan.heads.size()), problem.seq, problem.head_dim, problem.causal,
-                         problem.key_seq()};
-    shape.dropout = problem.dropout;  // the stack's masks: keyed by the problem's seed, layer by layer
+    const LayerInputSet inputs(device, *space, problem, s.seed, 0, 0, s.input_scale);
+    const int64_t r = problem.group_size();
+    // K and V of the plan's K/V heads (whole groups), or of each query head's K/V head.
+    std::vector<int64_t> kv_of_heads = plan.kv_heads;
+    if (!plan.groups_whole())
+      for (int64_t h : plan.heads) kv_of_heads.push_back(h / r);
+    const int64_t q_head = problem.seq * problem.head_dim, kv_head = problem.key_seq() * problem.head_dim;
+    const auto host = [&](const RawBuffer& tensor, std::span<const int64_t> heads, int64_t per_head) {
+      const std::vector<float> stored = gather_heads(device, tensor.data(), problem.dtype, heads, per_head);
+      return std::vector<double>(stored.begin(), stored.end());
+    };
+    const std::vector<double> Q = host(inputs.Q, plan.heads, q_head), dO = host(inputs.dO, plan.heads, q_head);
+    const std::vector<double> K = host(inputs.K, kv_of_heads, kv_head), V = host(inputs.V, kv_of_heads, kv_head);
+    ReferenceShape shape{int64_t(plan.heads.size()), problem.seq, problem.head_dim, problem.causal, problem.key_seq(),
+                         plan.groups_whole() ? r : 1};
+    shape.dropout = problem.dropout;  // layer 0's mask, keyed by the problem's seed
     shape.dropout_seed = s.seed;
+    shape.dropout_offset = 0;
     shape.head_index = plan.heads;
-    if (plan.kind == ReferencePlan::Kind::stack) {
-      const std::vector<float> g_stored = gather(device, inputs.dO.data(), problem.dtype, problem, whole_heads);
-      const std::vector<double> g(g_stored.begin(), g_stored.end());
-      if (problem.self_attention()) {
-        StackReference exact = reference_stack(shape, problem.layers, x, g);
-        const StackReference naive = reference_stack(shape, problem.layers, x, g, problem.dtype);
-        r.naive_output_error = relative_error(naive.output, exact.output);
-        r.naive_input_grad_error = relative_error(naive.input_grad, exact.input_grad);
-        r.max_abs_score = exact.max_abs_score;
-        r.output = std::move(exact.output);
-        r.input_grad = std::move(exact.input_grad);
-      } else {
-        CrossStackReference exact = reference_cross_stack(shape, problem.layers, x, g, c, plan.context_of);
-        const CrossStackReference naive =
-            reference_cross_stack(shape, problem.layers, x, g, c, plan.context_of, problem.dtype);
-        const int64_t per_head = problem.key_seq() * problem.head_dim;
-        std::vector<double> exact_context, naive_context;
-        for (int64_t k : plan.checked_context) {
-          exact_context.insert(exact_context.end(), exact.context_grad.begin() + k * per_head,
-                               exact.context_grad.begin() + (k + 1) * per_head);
-          naive_context.insert(naive_context.end(), naive.context_grad.begin() + k * per_head,
-                               naive.context_grad.begin() + (k + 1) * per_head);
-        }
-        r.naive_output_error = relative_error(naive.output, exact.output);
-        r.naive_input_grad_error = relative_error(naive.input_grad, exact.input_grad);
-        r.naive_context_grad_error = relative_error(naive_context, exact_context);
-        r.max_abs_score = exact.max_abs_score;
-        r.output = std::move(exact.output);
-        r.input_grad = std::move(exact.input_grad);
-        r.context_grad = std::move(exact_context);
+    Reference ref;
+    ref.plan = plan;
+    const auto keep = [&](auto exact, const auto& naive) {
+      ref.naive_O = relative_error(naive.O, exact.O);
+      ref.naive_dQ = relative_error(naive.dQ, exact.dQ);
+      if (plan.groups_whole()) {
+        ref.naive_dK = relative_error(naive.dK, exact.dK);
+        ref.naive_dV = relative_error(naive.dV, exact.dV);
+        ref.dK = std::move(exact.dK);
+        ref.dV = std::move(exact.dV);
       }
+      ref.max_abs_score = exact.max_abs_score;
+      ref.O = std::move(exact.O);
+      ref.dQ = std::move(exact.dQ);
+    };
+    if (plan.kind == ReferencePlan::Kind::whole) {
+      keep(reference_layer(shape, Q, K, V, dO), reference_layer(shape, Q, K, V, dO, problem.dtype));
     } else {
-      const std::span<const double> kv = problem.self_attention() ? std::span<const double>(x) : std::span<const double>(c);
-      r.output = reference_output_rows(shape, x, kv, plan.rows, std::nullopt, &r.max_abs_score);
-      const std::vector<double> naive = reference_output_rows(shape, x, kv, plan.rows, problem.dtype, nullptr);
-      r.naive_output_error = relative_error(naive, r.output);
+      keep(reference_sampled(shape, Q, K, V, dO, plan.query_rows, plan.key_rows),
+           reference_sampled(shape, Q, K, V, dO, plan.query_rows, plan.key_rows, problem.dtype));
     }
-    return r;
+    return ref;
   } catch (const OutOfMemory& e) {
     why_not = fmt::format("no memory for the reference's inputs: {}", e.what());
   } catch (const std::bad_alloc&) {
@@ -491,16 +563,8 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
   return std::nullopt;
 }
 
-// Folds dX_0, then dC where the stack has a context, into `hash`; throws as hash_finite does.
-uint64_t hash_gradients(Device& device, const Problem& problem, const LayerStack::Gradients& gradients, uint64_t hash) {
-  const Dtype dtype = device.gradient_dtype(problem);
-  hash = hash_finite(device, gradients.input.data(), dtype, problem, TensorShape::queries(problem),
-                     "the input gradient dX_0", hash);
-  if (!gradients.context.empty())
-    hash = hash_finite(device, gradients.context.data(), dtype, problem, TensorShape::context(problem),
-                       "the context gradient dC", hash);
-  return hash;
-}
+// How long the device is kept busy before each timed region (Device::occupy). [ms]
+constexpr double kOccupyMs = 0.5;
 
 // One implementation, in a fresh memory space behind a fresh ledger: the measured pass (memory,
 // outputs for the check), warm-up and samples under the one stopping rule. Throws what the device
@@ -517,13 +581,8 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   Reproducibility& reproducibility = row.reproducibility.emplace();
   reproducibility.seed = options.seed;
   reproducibility.input_scale = s.input_scale;
-  const TensorShape queries = TensorShape::queries(problem), context = TensorShape::context(problem);
-  uint64_t inputs_hash = hash_finite(device, inputs[0].X0.data(), problem.dtype, problem, queries, "the input X_0", kFnvOffset);
-  inputs_hash = hash_finite(device, inputs[0].dO.data(), problem.dtype, problem, queries, "the input dO", inputs_hash);
-  if (inputs[0].context())
-    inputs_hash = hash_finite(device, inputs[0].context(), problem.dtype, problem, context, "the context C", inputs_hash);
-  reproducibility.inputs_hash = hex(inputs_hash);
-  row.hazards = input_hazards(problem, logit_size(device, problem, inputs[0].X0.data(), inputs[0].context()));
+  reproducibility.inputs_hash = hex(hash_inputs(device, problem, inputs[0], kFnvOffset));
+  row.hazards = input_hazards(problem, logit_bound(device, problem, inputs[0]));
   LayerStack stack(problem, implementation, device, *space, s.seed);
   // The passes' device ranges, "<impl> <pass>" (--profile), or none.
   const auto pass_range = [&](std::string_view pass) {
@@ -532,6 +591,14 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   if (options.name_ranges) stack.name_ranges(std::string(implementation.name()));
   std::unique_ptr<PhaseTimer> timer = device.timer();
   inject_failure(implementation);
+  // A timed region starts on a busy device, so that what the host does to queue it is hidden the
+  // same way for every implementation (Device::occupy); its time is the device's work alone.
+  const auto timed = [&](auto&& work) {
+    device.occupy(kOccupyMs);
+    timer->mark();
+    work();
+    timer->mark();
+  };
 
   // The measured pass: memory (the ledger and the outside view) and the outputs for the check.
   device.synchronize();
@@ -552,34 +619,32 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   std::optional<DeviceRange> measured_range;
   measured_range.emplace(device, pass_range("measured"));
   ledger.set_phase(Phase::fwd);
-  timer->mark();
-  {
+  timed([&] {
     const ScopedSpan span(timeline.get(), "forward");
-    stack.forward(inputs[0].X0.data(), inputs[0].context());
-  }
-  timer->mark();
-  const uint64_t output_hash =
-      hash_finite(device, stack.output(), problem.dtype, problem, queries, "the output X_L", kFnvOffset);
-  std::vector<float> output, input_grad, context_grad;
-  if (reference) output = gather(device, stack.output(), problem.dtype, problem, reference->plan);
+    stack.forward(inputs[0].data);
+  });
+  const uint64_t output_hash = hash_outputs(device, problem, stack, kFnvOffset);
+  Captured captured;
+  if (reference) captured.O = gather_queries(device, stack.output(0), problem.dtype, problem, reference->plan);
   row.measured.kept_bytes = ledger.live()[Tag::kept];
   ledger.set_phase(Phase::bwd);
-  timer->mark();
   LayerStack::Gradients gradients;
-  {
+  timed([&] {
     const ScopedSpan span(timeline.get(), "backward");
-    gradients = stack.backward(inputs[0].X0.data(), inputs[0].dO.data(), inputs[0].context());
-  }
-  timer->mark();
+    gradients = stack.backward(inputs[0].data);
+  });
   device.synchronize();
   measured_range.reset();
   const Dtype gradient_dtype = device.gradient_dtype(problem);
   const uint64_t results_hash = hash_gradients(device, problem, gradients, output_hash);
   reproducibility.results_hash = hex(results_hash);
-  if (reference && reference->plan.kind == ReferencePlan::Kind::stack) {
-    input_grad = gather(device, gradients.input.data(), gradient_dtype, problem, reference->plan);
-    if (!gradients.context.empty())
-      context_grad = gather_checked_context(device, gradients.context.data(), gradient_dtype, problem, reference->plan);
+  if (reference) {
+    const ReferencePlan& plan = reference->plan;
+    captured.dQ = gather_queries(device, gradients.dQ.data(), gradient_dtype, problem, plan);
+    if (plan.groups_whole()) {
+      captured.dK = gather_keys(device, gradients.dK.data(), gradient_dtype, problem, plan);
+      captured.dV = gather_keys(device, gradients.dV.data(), gradient_dtype, problem, plan);
+    }
   }
   gradients = {};
   row.measured.peak_bytes = ledger.peak_bytes();
@@ -589,8 +654,11 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   row.measured.os_peak_bytes = space->os_peak_bytes();
   ledger.attach(nullptr);  // the samples below run untraced
   row.timeline = std::move(timeline);
-  const std::vector<double> first = timer->intervals_ms();  // fwd, the capture, bwd
-  if (reference) row.check = reference->judge(problem, output, input_grad, context_grad);
+  const std::vector<double> first = timer->intervals_ms();  // fwd, the gap, bwd
+  if (reference) {
+    row.check = reference->judge(problem, captured);
+    row.check->not_compared = reference->plan.partial;
+  }
 
   // Warm-up (the measured pass counts as the first run), then samples until the median is steady,
   // rotating input sets so that no sample finds its inputs in a cache.
@@ -607,26 +675,22 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   while (true) {
     const bool warming_up = needs_more_warmup(policy, warmups_done, warmup_ms);
     if (!warming_up && !needs_more_samples(policy, {&fwd_ms, &bwd_ms}, seconds_sampling())) break;
-    const int64_t set = next_set++ % s.params.input_sets;
+    const InputSet& set = inputs[size_t(next_set++ % s.params.input_sets)];
     const DeviceRange range(device, pass_range(warming_up ? "warm-up" : "sample"));
     if (options.cold) device.flush_caches();
     ledger.set_phase(Phase::fwd);
-    timer->mark();
-    stack.forward(inputs[set].X0.data(), inputs[set].context());
-    timer->mark();
+    timed([&] { stack.forward(set.data); });
     ledger.set_phase(Phase::bwd);
-    const LayerStack::Gradients sample_gradients =
-        stack.backward(inputs[set].X0.data(), inputs[set].dO.data(), inputs[set].context());
-    timer->mark();
-    const std::vector<double> times = timer->intervals_ms();
+    timed([&] { const LayerStack::Gradients sample_gradients = stack.backward(set.data); });
+    const std::vector<double> times = timer->intervals_ms();  // fwd, the gap, bwd
     if (warming_up) {
       ++warmups_done;
-      warmup_ms += times[0] + times[1];
+      warmup_ms += times[0] + times[2];
       if (!needs_more_warmup(policy, warmups_done, warmup_ms)) sampling_start = std::chrono::steady_clock::now();
       continue;
     }
     fwd_ms.push_back(times[0]);
-    bwd_ms.push_back(times[1]);
+    bwd_ms.push_back(times[2]);
   }
   row.gpu_end = device.gpu_state();
   row.fwd = summarize(std::move(fwd_ms), policy.max_noise);
@@ -635,11 +699,9 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   // The measured computation once more on input set 0, untimed: the same bits again? (Atomic
   // accumulation makes some GPU kernels differ run to run.)
   const DeviceRange repeat_range(device, pass_range("repeat"));
-  stack.forward(inputs[0].X0.data(), inputs[0].context());
-  const uint64_t output_again =
-      hash_finite(device, stack.output(), problem.dtype, problem, queries, "the output X_L", kFnvOffset);
-  const LayerStack::Gradients gradients_again =
-      stack.backward(inputs[0].X0.data(), inputs[0].dO.data(), inputs[0].context());
+  stack.forward(inputs[0].data);
+  const uint64_t output_again = hash_outputs(device, problem, stack, kFnvOffset);
+  const LayerStack::Gradients gradients_again = stack.backward(inputs[0].data);
   device.synchronize();
   reproducibility.deterministic = hash_gradients(device, problem, gradients_again, output_again) == results_hash;
 }
@@ -687,37 +749,35 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
   return rows;
 }
 
-Runner::Pass Runner::run_once(const Problem& problem, Implementation& implementation, std::span<const float> X0,
-                              std::span<const float> dO, std::span<const float> C) {
+Runner::Pass Runner::run_once(const Problem& problem, Implementation& implementation, const HostInputs& inputs) {
   validate(problem);
-  const int64_t elements = problem.q_elements();
-  const int64_t context_elements = problem.self_attention() ? 0 : problem.kv_elements();
-  if (int64_t(X0.size()) != elements || int64_t(dO.size()) != elements || int64_t(C.size()) != context_elements)
-    throw UsageError(fmt::format("inputs hold {}, {} and {} values, the problem needs {}, {} and {}", X0.size(),
-                                 dO.size(), C.size(), elements, elements, context_elements));
+  if (problem.layers != 1)
+    throw UsageError(fmt::format("one pass runs one layer, not {}", problem.layers));
+  const int64_t q = problem.q_elements(), kv = problem.kv_elements();
+  if (int64_t(inputs.Q.size()) != q || int64_t(inputs.K.size()) != kv || int64_t(inputs.V.size()) != kv ||
+      int64_t(inputs.dO.size()) != q)
+    throw UsageError(fmt::format("Q, K, V and dO hold {}, {}, {} and {} values, the problem needs {}, {}, {} and {}",
+                                 inputs.Q.size(), inputs.K.size(), inputs.V.size(), inputs.dO.size(), q, kv, kv, q));
   if (auto why = implementation.unsupported(problem)) throw UsageError(*why);
   MemoryLedger ledger;
   std::unique_ptr<MemorySpace> space = device_.open_space(ledger);
-  RawBuffer X0_device(*space, Tag::input, elements * element_bytes(problem.dtype));
-  RawBuffer dO_device(*space, Tag::input, elements * element_bytes(problem.dtype));
-  RawBuffer C_device;
-  device_.upload(X0, problem.dtype, X0_device.data());
-  device_.upload(dO, problem.dtype, dO_device.data());
-  if (context_elements > 0) {
-    C_device = RawBuffer(*space, Tag::input, context_elements * element_bytes(problem.dtype));
-    device_.upload(C, problem.dtype, C_device.data());
-  }
-  const void* context = C_device.empty() ? nullptr : C_device.data();
+  const auto upload = [&](std::span<const float> host) {
+    RawBuffer buffer(*space, Tag::input, int64_t(host.size()) * element_bytes(problem.dtype));
+    device_.upload(host, problem.dtype, buffer.data());
+    return buffer;
+  };
+  const RawBuffer Q = upload(inputs.Q), K = upload(inputs.K), V = upload(inputs.V), dO = upload(inputs.dO);
+  const LayerData layer{{Q.data(), K.data(), V.data()}, dO.data()};
   LayerStack stack(problem, implementation, device_, *space, options_.seed);
-  stack.forward(X0_device.data(), context);
+  stack.forward({&layer, 1});
   Pass pass;
-  pass.output = device_.download(stack.output(), problem.dtype, 0, elements);
-  const LayerStack::Gradients gradients = stack.backward(X0_device.data(), dO_device.data(), context);
+  pass.O = device_.download(stack.output(0), problem.dtype, 0, q);
+  const LayerStack::Gradients gradients = stack.backward({&layer, 1});
   device_.synchronize();
   const Dtype gradient_dtype = device_.gradient_dtype(problem);
-  pass.input_grad = device_.download(gradients.input.data(), gradient_dtype, 0, elements);
-  if (context_elements > 0)
-    pass.context_grad = device_.download(gradients.context.data(), gradient_dtype, 0, context_elements);
+  pass.dQ = device_.download(gradients.dQ.data(), gradient_dtype, 0, q);
+  pass.dK = device_.download(gradients.dK.data(), gradient_dtype, 0, kv);
+  pass.dV = device_.download(gradients.dV.data(), gradient_dtype, 0, kv);
   return pass;
 }
 

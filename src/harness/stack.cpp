@@ -31,32 +31,29 @@ LayerStack::LayerStack(const Problem& problem, Implementation& implementation, D
       output_is_kept_(keeps_layer_output(implementation.variant())), dropout_seed_(dropout_seed) {}
 
 namespace {
-void require_context(const Problem& problem, const void* C) {
-  if ((C != nullptr) == !problem.self_attention()) return;
-  throw RuntimeFailure(problem.self_attention() ? "internal error: a context for a self-attention stack"
-                                                : "internal error: no context for a stack that attends to one");
+void require_layers(const Problem& problem, std::span<const LayerData> layers) {
+  if (int64_t(layers.size()) != problem.layers)
+    throw RuntimeFailure(fmt::format("internal error: {} layers' data for a stack of {}", layers.size(), problem.layers));
 }
 }  // namespace
 
-void LayerStack::forward(const void* X0, const void* C) {
-  require_context(problem_, C);
+void LayerStack::forward(std::span<const LayerData> layers) {
+  require_layers(problem_, layers);
   const int64_t L = problem_.layers;
-  const int64_t x_bytes = problem_.q_elements() * element_bytes(problem_.dtype);
+  const int64_t o_bytes = problem_.q_elements() * element_bytes(problem_.dtype);
   outputs_.clear();
   kept_.clear();
   outputs_.resize(L);
   kept_.resize(L);
-  LayerCall call{problem_, device_, space_, C};
+  LayerCall call{problem_, device_, space_};
   call.dropout_seed = dropout_seed_;
-  const void* X = X0;
   for (int64_t i = 0; i < L; ++i) {
     call.layer = i;
     const ScopedSpan span(space_.ledger().timeline(), "forward", i);
     const DeviceRange range(device_, range_name(i, "forward"));
-    outputs_[i] = RawBuffer(space_, output_is_kept_ ? Tag::kept : Tag::activation, x_bytes);
+    outputs_[i] = RawBuffer(space_, output_is_kept_ ? Tag::kept : Tag::activation, o_bytes);
     kept_[i] = allocate_kept(implementation_.variant(), problem_, space_);
-    implementation_.forward(call, X, outputs_[i].data(), kept_[i]);
-    X = outputs_[i].data();
+    implementation_.forward(call, layers[i].in, outputs_[i].data(), kept_[i]);
   }
 }
 
@@ -64,37 +61,29 @@ std::string LayerStack::range_name(int64_t i, std::string_view phase) const {
   return range_prefix_.empty() ? std::string() : fmt::format("{} layer {} {}", range_prefix_, i, phase);
 }
 
-const void* LayerStack::output() const { return outputs_.back().data(); }
+const void* LayerStack::output(int64_t layer) const { return outputs_.at(size_t(layer)).data(); }
 
-LayerStack::Gradients LayerStack::backward(const void* X0, const void* dO, const void* C) {
-  require_context(problem_, C);
+LayerStack::Gradients LayerStack::backward(std::span<const LayerData> layers) {
+  require_layers(problem_, layers);
   const int64_t L = problem_.layers;
-  const Dtype gradient_dtype = device_.gradient_dtype(problem_);
-  const int64_t grad_bytes = problem_.q_elements() * element_bytes(gradient_dtype);
-  Gradients gradients;
-  if (C) gradients.context = RawBuffer(space_, Tag::grad, problem_.kv_elements() * element_bytes(gradient_dtype));
-  LayerCall call{problem_, device_, space_, C, gradients.context.data()};
+  const int64_t element = element_bytes(device_.gradient_dtype(problem_));
+  LayerCall call{problem_, device_, space_};
   call.dropout_seed = dropout_seed_;
-  if (!output_is_kept_) outputs_[L - 1].reset();  // nothing reads the last output
-  RawBuffer incoming;  // dX_{i+1}; empty means dO
+  Gradients gradients;
   for (int64_t i = L - 1; i >= 0; --i) {
     const ScopedSpan span(space_.ledger().timeline(), "backward", i);
     const DeviceRange range(device_, range_name(i, "backward"));
-    const void* X_i = i == 0 ? X0 : outputs_[i - 1].data();
-    const Gradient gradient = incoming.empty() ? Gradient{dO, problem_.dtype} : Gradient{incoming.data(), gradient_dtype};
-    RawBuffer dX(space_, Tag::grad, grad_bytes);
-    call.first_context_grad = i == L - 1;
+    // Layer i+1's gradients went to what lies below it as its backward returned.
+    gradients = {};
+    gradients.dQ = RawBuffer(space_, Tag::grad, problem_.q_elements() * element);
+    gradients.dK = RawBuffer(space_, Tag::grad, problem_.kv_elements() * element);
+    gradients.dV = RawBuffer(space_, Tag::grad, problem_.kv_elements() * element);
     call.layer = i;
-    implementation_.backward(call, X_i, outputs_[i].data(), gradient, kept_[i], dX.data());
+    implementation_.backward(call, layers[i].in, outputs_[i].data(), layers[i].dO, kept_[i],
+                             {gradients.dQ.data(), gradients.dK.data(), gradients.dV.data()});
     kept_[i].clear();
-    if (output_is_kept_) {
-      outputs_[i].reset();
-    } else if (i >= 1) {
-      outputs_[i - 1].reset();  // X_i: layer i was its last reader
-    }
-    incoming = std::move(dX);
+    outputs_[i].reset();
   }
-  gradients.input = std::move(incoming);
   return gradients;
 }
 

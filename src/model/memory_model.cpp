@@ -19,12 +19,13 @@ struct Moment {
 }  // namespace
 
 int64_t input_bytes(const Problem& problem) {
-  const int64_t context = problem.self_attention() ? 0 : problem.kv_elements();  // C
-  return (2 * problem.q_elements() + context) * element_bytes(problem.dtype);  // X0, dO (and C)
+  // Q_i, K_i, V_i and dO_i of each of the L layers.
+  const int64_t per_layer = 2 * problem.q_elements() + 2 * problem.kv_elements();
+  return problem.layers * per_layer * element_bytes(problem.dtype);
 }
 
-int64_t context_grad_bytes(const Problem& problem, const ModelParams& params) {
-  return problem.self_attention() ? 0 : problem.kv_elements() * params.gradient_element_bytes;
+int64_t saved_input_bytes_per_layer(const Problem& problem) {
+  return (problem.q_elements() + 2 * problem.kv_elements()) * element_bytes(problem.dtype);
 }
 
 LayerMemory layer_memory(const Problem& problem, Variant variant, const LayerCosts& costs, const ModelParams& params) {
@@ -34,19 +35,16 @@ LayerMemory layer_memory(const Problem& problem, Variant variant, const LayerCos
   layer.held_bytes = layer.kept_bytes + (keeps_layer_output(variant) ? 0 : layer.output_bytes);
   layer.forward_workspace_bytes = costs.forward_workspace_bytes;
   layer.backward_workspace_bytes = costs.backward_workspace_bytes;
-  layer.grad_bytes = problem.q_elements() * params.gradient_element_bytes + costs.backward_extra_grad_bytes;
+  layer.grad_bytes = (problem.q_elements() + 2 * problem.kv_elements()) * params.gradient_element_bytes +
+                     costs.backward_extra_grad_bytes;
   return layer;
 }
 
-// The stack's schedule for per-layer bytes `layer` of `problem` (on one device of a split sequence,
-// the local problem).
 ModelledMemory model_stack(const Problem& problem, Variant variant, const LayerMemory& layer,
                            const ModelParams& params) {
   const bool output_is_kept = keeps_layer_output(variant);
   const Tag output_tag = output_is_kept ? Tag::kept : Tag::activation;
   const int64_t kept_beyond_output = layer.kept_bytes - (output_is_kept ? layer.output_bytes : 0);
-  const int64_t one_grad = problem.q_elements() * params.gradient_element_bytes;  // dX_{i+1} [bytes]
-  const int64_t context_grad = context_grad_bytes(problem, params);  // dC, alive through backward [bytes]
   const int64_t L = problem.layers;
 
   TagBytes setup;
@@ -64,15 +62,13 @@ ModelledMemory model_stack(const Problem& problem, Variant variant, const LayerM
   forward_end.live[Tag::workspace] += layer.forward_workspace_bytes;
   moments.push_back(forward_end);
 
-  // Backward of layer i, its workspace allocated: layers 0..i still hold their kept tensors; of the
-  // outputs, v2 still holds X_1..X_{i+1} (its O), the others X_1..X_i (X_{i+1} already freed);
-  // dX_i and the extra gradients plus the incoming dX_{i+1}, which is a grad buffer for every layer
-  // but the last (that one receives dO, an input).
+  // Backward of layer i, its workspace allocated: layers 0..i still hold their outputs and kept
+  // tensors; its own dQ, dK, dV and extra gradients are live (layer i+1's were freed before them).
   for (int64_t i = L - 1; i >= 0; --i) {
     Moment backward{setup, Phase::bwd};
     backward.live[Tag::kept] += (i + 1) * kept_beyond_output;
-    backward.live[output_tag] += (output_is_kept ? i + 1 : i) * layer.output_bytes;
-    backward.live[Tag::grad] = context_grad + layer.grad_bytes + (i < L - 1 ? one_grad : 0);
+    backward.live[output_tag] += (i + 1) * layer.output_bytes;
+    backward.live[Tag::grad] = layer.grad_bytes;
     backward.live[Tag::workspace] += layer.backward_workspace_bytes;
     moments.push_back(backward);
   }

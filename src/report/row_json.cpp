@@ -217,6 +217,7 @@ ordered_json row_to_json(const Row& row) {
       }
       check["tensors"] = std::move(tensors);
     }
+    if (!row.check->not_compared.empty()) check["not_compared"] = row.check->not_compared;
     j["check"] = std::move(check);
   } else {
     j["check"] = nullptr;
@@ -308,7 +309,8 @@ Row row_from_json(const json& j) {
     if (c.contains("naive_rel_err") && c.at("naive_rel_err").is_number()) check.naive_rel_err = c.at("naive_rel_err").get<double>();
     if (c.contains("tensors") && c.at("tensors").is_object()) {
       const json& tensors = c.at("tensors");
-      for (const char* name : {"output", "input_grad", "context_grad"}) {  // the order they are written in
+      // The order they are written in; the last three names are those of the tied operator's files.
+      for (const char* name : {"O", "dQ", "dK", "dV", "output", "input_grad", "context_grad"}) {
         if (!tensors.contains(name) || !tensors.at(name).is_object()) continue;
         const json& entry = tensors.at(name);
         CheckedTensor tensor{name, number_or(entry, "rel_err", 0), std::nullopt};
@@ -317,6 +319,8 @@ Row row_from_json(const json& j) {
         check.tensors.push_back(std::move(tensor));
       }
     }
+    if (c.contains("not_compared") && c.at("not_compared").is_string())
+      check.not_compared = c.at("not_compared").get<std::string>();
     row.check = check;
   }
   if (j.contains("reproducibility") && j.at("reproducibility").is_object()) {

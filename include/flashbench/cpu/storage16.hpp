@@ -26,20 +26,19 @@ struct KeptView16 {
 };
 
 // Workspace one 16-bit layer call holds at its peak [floats]: the fp32 staging of its inputs
-// (forward: X and O; backward: X, the incoming gradient, and O for v2) plus, on top of it, one head's
-// fp32 scores with that head's kernel workspace (standard, v1) or the whole layer's kernel workspace
+// (forward: Q, K, V and O; backward: Q, K, V, dO, and O for v2) plus, on top of it, one head's fp32
+// scores with that head's kernel workspace (standard, v1) or the whole layer's kernel workspace
 // (v2, checkpoint).
 int64_t workspace16_elements(Variant variant, Pass pass, const LayerShape& shape, const Tiling& tiling,
                              int threads);
 
-// X, O: [BH, N, d] 16-bit; the stack's Q = K = V = X. Fills `kept`.
-void forward16(Variant variant, Dtype dtype, const LayerShape& shape, const Tiling& tiling, const Half* X, Half* O,
-               const KeptView16& kept, MemorySpace& space);
+// Q, K, V, O: [BH, N, d] 16-bit (square: G = H, N_k = N). Fills `kept`.
+void forward16(Variant variant, Dtype dtype, const LayerShape& shape, const Tiling& tiling, const Half* Q,
+               const Half* K, const Half* V, Half* O, const KeptView16& kept, MemorySpace& space);
 
-// dQ, dK, dV [BH, N, d] fp32. The incoming gradient is either 16-bit (the stack's input dO) or fp32
-// (dX of the layer above): exactly one of dO_half, dO_float is given. O is read by v2 only.
-void backward16(Variant variant, Dtype dtype, const LayerShape& shape, const Tiling& tiling, const Half* X,
-                const Half* O, const Half* dO_half, const float* dO_float, const KeptView16& kept, float* dQ,
+// dQ, dK, dV [BH, N, d] fp32 from dO [BH, N, d] 16-bit. O is read by v2 only.
+void backward16(Variant variant, Dtype dtype, const LayerShape& shape, const Tiling& tiling, const Half* Q,
+                const Half* K, const Half* V, const Half* O, const Half* dO, const KeptView16& kept, float* dQ,
                 float* dK, float* dV, MemorySpace& space);
 
 }  // namespace flashbench::cpu

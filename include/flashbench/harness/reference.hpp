@@ -8,8 +8,8 @@
 //             dQ = scale·dS·K, dK = scale·dSᵀ·Q
 // With `emulate` set to a storage dtype it is the same computation done naively in that precision
 // (as a framework without fused kernels does it): sums accumulate in fp32, as matrix products and
-// reductions do, and every tensor the standard variant stores — S, P, O, dP, dS, and dX after each
-// of its three accumulations — is rounded to the dtype. Its error against the exact run is the bar
+// reductions do, and every tensor the standard variant stores — S, P, P̃, O, dP, dS — is rounded to
+// the dtype, and so are dQ, dK and dV once summed. Its error against the exact run is the bar
 // an implementation is judged by (FlashAttention's: a small multiple of it; runner.cpp).
 #include <cstdint>
 #include <optional>
@@ -47,35 +47,27 @@ LayerReference reference_layer(const ReferenceShape& shape, std::span<const doub
                                std::span<const double> V, std::span<const double> dO,
                                std::optional<Dtype> emulate = std::nullopt);
 
-// The chained self-attention stack of `layers` layers (N_k = N) with Q = K = V = X_i and
-// dX_i = dQ + dK + dV: X_L and dX_0.
-struct StackReference {
-  std::vector<double> output, input_grad;
-  double max_abs_score = 0;  // the largest |S_ij| of any layer
-};
-StackReference reference_stack(const ReferenceShape& shape, int64_t layers, std::span<const double> X0,
-                               std::span<const double> dO, std::optional<Dtype> emulate = std::nullopt);
-
-// The stack attending to a shared context (problem.hpp): Q = X_i [heads, N, d], K = V = C, where
-// query head h reads C's head context_head[h] (C [any, N_k, d]); dX_i = dQ_i and
-// dC = Σ_i (dK_i + dV_i) over the layers and the query heads given. X_L, dX_0 and dC (C's shape).
-struct CrossStackReference {
-  std::vector<double> output, input_grad, context_grad;
+// Sampled rows of one layer, for sizes where the whole layer is past the check's budget: with Q, K,
+// V, dO as reference_layer's, the exact row statistics of every query row (max, sum and
+// D_i = Σ_j P_ij·dP_ij, which the full backward uses), then O and dQ of query rows `queries` of every
+// head ([heads, |queries|, d]) and dK and dV of key rows `keys` of every K/V head ([heads/r, |keys|,
+// d], summed over its r query heads). Every number is the one reference_layer computes, in the same
+// order of operations (the emulated run too); it costs O(heads·N·N_k·d) for the statistics and
+// O(|keys|·N·d) per head for the key rows.
+struct SampledReference {
+  std::vector<double> O, dQ, dK, dV;
   double max_abs_score = 0;
 };
-CrossStackReference reference_cross_stack(const ReferenceShape& shape, int64_t layers, std::span<const double> X0,
-                                          std::span<const double> dO, std::span<const double> C,
-                                          std::span<const int64_t> context_head,
-                                          std::optional<Dtype> emulate = std::nullopt);
+SampledReference reference_sampled(const ReferenceShape& shape, std::span<const double> Q, std::span<const double> K,
+                                   std::span<const double> V, std::span<const double> dO,
+                                   std::span<const int64_t> queries, std::span<const int64_t> keys,
+                                   std::optional<Dtype> emulate = std::nullopt);
 
-// Rows `rows` of one layer's output O for one head, Q [N, d] and K = V = KV [N_k, d]:
-// [rows.size(), d]. Costs O(rows·N_k·d), where the whole layer costs O(N·N_k·d).
-std::vector<double> reference_output_rows(const ReferenceShape& shape, std::span<const double> Q,
-                                          std::span<const double> KV, std::span<const int64_t> rows,
-                                          std::optional<Dtype> emulate, double* max_abs_score);
-
-// FLOP of reference_stack on `heads` heads, exact and emulated together: what the check weighs
-// against its budget.
-double reference_stack_flop(const Problem& problem, int64_t heads);
+// FLOP of reference_layer on `heads` query heads of `problem`, exact and emulated together: what
+// the check weighs against its budget.
+double reference_layer_flop(const Problem& problem, int64_t heads);
+// FLOP of reference_sampled on `heads` query heads with `queries` query rows and `keys` key rows
+// sampled, exact and emulated together.
+double reference_sampled_flop(const Problem& problem, int64_t heads, int64_t queries, int64_t keys);
 
 }  // namespace flashbench
