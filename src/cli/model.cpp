@@ -155,7 +155,7 @@ int print_model(const ModelOptions& options) {
   }
 
   const Row& tiles = models.front().described;
-  std::cout << fmt::format("memory model, {}: {}{}{}{}; input {} (X0, dO{}){}\n\n", device.name,
+  std::cout << fmt::format("memory model, {}: {}{}{}{}; input {} (Q, K, V, dO of each layer{}){}\n\n", device.name,
                            problem.describe(),
                            ranks > 1 ? fmt::format(", split over {} devices (ring, {} rows each{}), per device", ranks,
                                                    local.seq, problem.causal ? ", zig-zag" : "")
@@ -183,12 +183,13 @@ int print_model(const ModelOptions& options) {
     for (const VariantModel& m : models) line.push_back(value_of(m));
     lines.push_back(line);
   };
-  add("  output X_i+1", [](const VariantModel& m) { return format_bytes(m.layer.output_bytes); });
+  add("  output O_i", [](const VariantModel& m) { return format_bytes(m.layer.output_bytes); });
+  add("  Q, K, V (inputs)", [&](const VariantModel&) { return format_bytes(saved_input_bytes_per_layer(local)); });
   add("  kept (kept_per_layer)", [](const VariantModel& m) { return format_bytes(m.layer.kept_bytes); });
   add("  held until its backward", [](const VariantModel& m) { return format_bytes(m.layer.held_bytes); });
   add("  forward workspace", [](const VariantModel& m) { return format_bytes(m.layer.forward_workspace_bytes); });
   add("  backward workspace", [](const VariantModel& m) { return format_bytes(m.layer.backward_workspace_bytes); });
-  add("  gradients in backward", [](const VariantModel& m) { return format_bytes(m.layer.grad_bytes); });
+  add("  gradients dQ, dK, dV (+ extra)", [](const VariantModel& m) { return format_bytes(m.layer.grad_bytes); });
   if (ranks > 1) {
     lines.push_back({fmt::format("ring of {} devices, per device and layer", ranks)});
     add("  in forward workspace", [](const VariantModel& m) { return format_bytes(m.ring.forward_ring_bytes); });

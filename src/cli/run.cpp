@@ -506,12 +506,12 @@ void register_run(CLI::App& app) {
   };
   optional_string("--config", flags->config, "JSON sweep file (see configs/); flags given here override it");
   optional_string("--seq,-n", flags->sweep.seq, "Sequence length: N = N_k, list or range (default 1024)");
-  optional_string("--seq-q", flags->sweep.seq_q, "Query rows N alone (the stack's X)");
+  optional_string("--seq-q", flags->sweep.seq_q, "Query rows N alone");
   optional_string("--seq-k", flags->sweep.seq_k,
-                  "Key/value rows N_k (default N); N_k != N attends to a context C [B,G,N_k,d] shared by all layers");
+                  "Key/value rows N_k (default N): cross-attention, a prefix cache");
   optional_string("--heads", flags->sweep.heads, "Heads H (default 8)");
   optional_string("--kv-heads", flags->sweep.kv_heads,
-                  "Key/value heads G, dividing H (default H; 1 = MQA); G < H attends to a context C [B,G,N_k,d]");
+                  "Key/value heads G, dividing H (default H; 1 = MQA, else GQA)");
   sub->add_flag_function("--expand-kv", [flags](int64_t) { flags->sweep.expand_kv = "both"; },
                          "Run each G < H configuration also with K and V repeated to H heads (naive GQA), beside "
                          "the native one");
@@ -559,13 +559,13 @@ void register_run(CLI::App& app) {
   sub->add_option_function<double>("--input-scale", [flags](double value) {
     if (!(value > 0 && std::isfinite(value))) throw UsageError(fmt::format("--input-scale must be a positive number (got {})", value));
     flags->input_scale = value;
-  }, "Multiply the random inputs X_0 and C by this (default 1): the logits grow as its square, to probe fp16's range");
+  }, "Multiply the random inputs Q, K, V by this (default 1): the logits grow as its square, to probe fp16's range");
   sub->add_flag("--no-check", flags->no_check, "Skip comparing outputs and gradients with the float64 reference");
   sub->add_option_function<double>("--check-budget", [flags](double value) {
     if (!(value >= 0)) throw UsageError(fmt::format("--check-budget must be 0 or more GFLOP (got {})", value));
     flags->check_budget_gflop = value;
-  }, "Most work the float64 reference may do per configuration [GFLOP] (default 250); beyond it the check "
-     "compares sampled output rows (L = 1) or says `not checked`");
+  }, "Most work the whole float64 reference of layer 0 may do per configuration [GFLOP] (default 250); beyond "
+     "it the check compares sampled rows of O, dQ, dK and dV (up to 20x this), or says `not checked`");
   sub->add_flag("--cold", flags->cold, "Flush the caches before every pass (CPU: the last-level cache; CUDA: the L2)");
   CLI::Option* peak = sub->add_flag("--peak", flags->measure_peak,
                                     "Measure this machine's fp32 FMA and sgemm ceilings first (about a second) and "

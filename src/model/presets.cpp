@@ -113,12 +113,12 @@ Preset seed_002(const ModelSource& model) {
 
   row = make_row("dO per layer", mb("1.00 MB", 1.00), o, o * BH, "");
   set_flashbench(row, double(p.q_elements() * element_bytes(p.dtype)),
-                 "dO: one input for the whole stack; layers pass fp32 dX between them");
+                 "dO_i: each layer's incoming gradient, an input of the stack (storage dtype)");
   preset.rows.push_back(row);
 
   row = make_row("temporary buffers per layer (V2)", mb("4.00 MB", 4.00), temporary, temporary * BH, "");
   set_flashbench(row, double(m.v2_layer.backward_workspace_bytes),
-                 fmt::format("v2: backward workspace of one layer, fp32, {} threads (fp32 staging of the fp16 X, dO, O; D; per-thread tiles)", model.threads));
+                 fmt::format("v2: backward workspace of one layer, fp32, {} threads (fp32 staging of the fp16 Q, K, V, dO, O; D; per-thread tiles)", model.threads));
   preset.rows.push_back(row);
 
   row = make_row("V2 total per layer", mb("6.00 MB", 6.00), v2_layer, v2_layer * BH, "");
@@ -257,6 +257,19 @@ Preset korthikanti(const ModelSource& model) {
   set_flashbench(row, double(m.standard_layer.kept_bytes), "standard with dropout: kept P, 1-byte mask and P~ per layer");
   preset.rows.push_back(row);
 
+  // The paper's 11sbh of the attention block holds 4sbh for Q and K (the inputs of QKᵀ) and 2sbh for
+  // V (the input of the product with the dropped P); the rest (the QKV projection's input, the
+  // output projection's input and its dropout mask) lies outside the attention core.
+  row = make_row("6sbh: Q, K (QK^T's inputs) and V (the PV product's)", kNotPrinted, 6 * s * b * h, 6 * s * b * h, "");
+  set_flashbench(row, double(saved_input_bytes_per_layer(p)), "Q, K, V of one layer, kept to its backward (tag input)");
+  preset.rows.push_back(row);
+
+  row = make_row("the attention core, no recompute: 6sbh + 5as^2b", kNotPrinted, 6 * s * b * h + 5 * a * s * s * b,
+                 6 * s * b * h + 5 * a * s * s * b, "");
+  set_flashbench(row, double(saved_input_bytes_per_layer(p) + m.standard_layer.kept_bytes),
+                 "standard with dropout: Q, K, V and its kept P, mask, P~ per layer");
+  preset.rows.push_back(row);
+
   row = make_row("per-layer activations, selective recompute: 34sbh", kNotPrinted, 34 * s * b * h, 34 * s * b * h, "");
   set_flashbench(row, double(m.v2_layer.kept_bytes), "v2: kept per layer (O and LSE; the mask regenerated)");
   preset.rows.push_back(row);
@@ -270,7 +283,7 @@ Preset korthikanti(const ModelSource& model) {
   preset.rows.push_back(row);
 
   row = make_row("checkpoint kept per layer", kNotPrinted, std::nullopt, std::nullopt, "");
-  set_flashbench(row, double(m.checkpoint.kept_bytes), "checkpoint: nothing beyond the layer input (the mask redrawn)");
+  set_flashbench(row, double(m.checkpoint.kept_bytes), "checkpoint: nothing beyond the layer's Q, K, V (the mask redrawn)");
   preset.rows.push_back(row);
 
   // The paper's other models (its Table 3; s = 2048 for all), at b = 1 and t = 1 as above: the same
