@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "flashbench/errors.hpp"
 #include "flashbench/harness/registry.hpp"
@@ -54,43 +55,58 @@ void expect_hand_count(int64_t ranks, const HandCount& expected) {
   }
 }
 
-// P = 2: n = 4 local rows. One local [1,1,4,4] fp32 tensor (X, O, dX, an X block, a dK+dV sum) is
-// 64 bytes, a [1,1,4] fp32 row vector 16, the inputs X0 and dO 2·64 = 128.
-//   forward ring:  1 X block in flight (P - 1 = 1) 64 + block result O_j, LSE_j 64 + 16
-//                  + running O, LSE in fp32 64 + 16                                   = 224
-//   backward ring: 1 X block 64 + 2 dK+dV sums 128 + dQ sum 64                        = 256
-//   sent: forward 1 X block = 64; backward 1 X block + 2 dK+dV sums = 192 (checkpoint: + its
-//   recomputed forward's 64 = 256)
+// P = 2: n = 4 local rows. One local [1,1,4,4] fp32 tensor (Q, K, V, O, dO, dQ, dK, dV, a K or V
+// block, a dK or dV sum) is 64 bytes, a [1,1,4] fp32 row vector 16, the inputs Q, K, V and dO
+// 4·64 = 256, the gradients dQ, dK, dV 3·64 = 192.
+//   forward ring:  1 K, V pair in flight (P - 1 = 1) 2·64 + block result O_s, LSE_s 64 + 16
+//                  + running O, LSE in fp32 64 + 16                                   = 288
+//   backward ring: 1 K, V pair 128 + 2 dK sums and 2 dV sums 4·64 + dQ sum 64          = 448
+//   sent: forward 1 K and 1 V block = 128; backward 128 + 2 dK and 2 dV sums 256 = 384
+//   (checkpoint: + its recomputed forward's 128 = 512)
 //   kept: standard P [1,1,4,8] = 128; v1 S 128 + m, l 2·16 = 160; v2 O 64 + LSE 16 = 80
 // Moments (L = 1): forward end = inputs + output + kept beyond the output + forward ring;
-// backward = inputs + kept (+ O for v2) + dX_0 64 + backward ring.
+// backward = inputs + kept + O (activation, beside v2's kept O) + dQ, dK, dV + backward ring.
 TEST(ContextParallel, HandCountTwoDevices) {
-  // standard: forward 128 + 64 + 128 + 224 = 544; backward 128 + 128 + 64 + 256 = 576
-  expect_hand_count(2, {Variant::standard, 128, 576, Phase::bwd, 64, 192});
-  // v1: forward 128 + 64 + 160 + 224 = 576; backward 128 + 160 + 64 + 256 = 608
-  expect_hand_count(2, {Variant::v1, 160, 608, Phase::bwd, 64, 192});
-  // v2: forward 128 + 64 (O) + 16 + 224 = 432; backward 128 + 80 + 64 + 256 = 528
-  expect_hand_count(2, {Variant::v2, 80, 528, Phase::bwd, 64, 192});
-  // checkpoint: forward 128 + 64 + 224 = 416; backward 128 + 64 + recomputed P's other [4,4]
-  // block 64 + max(224, 256) = 512
-  expect_hand_count(2, {Variant::checkpoint, 0, 512, Phase::bwd, 64, 256});
+  // standard: forward 256 + 64 + 128 + 288 = 736; backward 256 + 128 + 64 + 192 + 448 = 1088
+  expect_hand_count(2, {Variant::standard, 128, 1088, Phase::bwd, 128, 384});
+  // v1: forward 256 + 64 + 160 + 288 = 768; backward 256 + 160 + 64 + 192 + 448 = 1120
+  expect_hand_count(2, {Variant::v1, 160, 1120, Phase::bwd, 128, 384});
+  // v2: forward 256 + 64 (O) + 16 + 288 = 624; backward 256 + 80 + 192 + 448 = 976
+  expect_hand_count(2, {Variant::v2, 80, 976, Phase::bwd, 128, 384});
+  // checkpoint: forward 256 + 64 + 288 = 608; backward 256 + 64 + 192 + recomputed P's other
+  // [4,4] block 64 + max(288, 448) = 1024
+  expect_hand_count(2, {Variant::checkpoint, 0, 1024, Phase::bwd, 128, 512});
 }
 
-// P = 4: n = 2. A local [1,1,2,4] fp32 tensor is 32 bytes, a row vector 8, the inputs 64.
-//   forward ring:  2 X blocks 64 + O_j, LSE_j 32 + 8 + running O, LSE 32 + 8          = 144
-//   backward ring: 2 X blocks 64 + 2 dK+dV sums 64 + dQ sum 32                         = 160
-//   sent: forward 3 X blocks = 96; backward 3 X blocks + 4 dK+dV sums = 224 (checkpoint 320)
+// P = 4: n = 2. A local [1,1,2,4] fp32 tensor is 32 bytes, a row vector 8, the inputs 4·32 = 128,
+// the gradients 3·32 = 96.
+//   forward ring:  2 K, V pairs 4·32 + O_s, LSE_s 32 + 8 + running O, LSE 32 + 8       = 208
+//   backward ring: 2 K, V pairs 128 + 2 dK and 2 dV sums 128 + dQ sum 32               = 288
+//   sent: forward 3 K and 3 V blocks = 192; backward 192 + 4 dK and 4 dV sums 256 = 448
+//   (checkpoint 640)
 //   kept: standard P [1,1,2,8] = 64; v1 64 + 2·8 = 80; v2 32 + 8 = 40
 TEST(ContextParallel, HandCountFourDevices) {
-  // standard: forward 64 + 32 + 64 + 144 = 304; backward 64 + 64 + 32 + 160 = 320
-  expect_hand_count(4, {Variant::standard, 64, 320, Phase::bwd, 96, 224});
-  // v1: forward 64 + 32 + 80 + 144 = 320; backward 64 + 80 + 32 + 160 = 336
-  expect_hand_count(4, {Variant::v1, 80, 336, Phase::bwd, 96, 224});
-  // v2: forward 64 + 32 + 8 + 144 = 248; backward 64 + 40 + 32 + 160 = 296
-  expect_hand_count(4, {Variant::v2, 40, 296, Phase::bwd, 96, 224});
-  // checkpoint: forward 64 + 32 + 144 = 240; backward 64 + 32 + recomputed P's three other [2,2]
-  // blocks 48 + max(144, 160) = 304
-  expect_hand_count(4, {Variant::checkpoint, 0, 304, Phase::bwd, 96, 320});
+  // standard: forward 128 + 32 + 64 + 208 = 432; backward 128 + 64 + 32 + 96 + 288 = 608
+  expect_hand_count(4, {Variant::standard, 64, 608, Phase::bwd, 192, 448});
+  // v1: forward 128 + 32 + 80 + 208 = 448; backward 128 + 80 + 32 + 96 + 288 = 624
+  expect_hand_count(4, {Variant::v1, 80, 624, Phase::bwd, 192, 448});
+  // v2: forward 128 + 32 + 8 + 208 = 376; backward 128 + 40 + 96 + 288 = 552
+  expect_hand_count(4, {Variant::v2, 40, 552, Phase::bwd, 192, 448});
+  // checkpoint: forward 128 + 32 + 208 = 368; backward 128 + 32 + 96 + recomputed P's three other
+  // [2,2] blocks 48 + max(208, 288) = 592
+  expect_hand_count(4, {Variant::checkpoint, 0, 592, Phase::bwd, 192, 640});
+}
+
+// In 16-bit storage the blocks that travel and O_s halve; the sums, the running O and the dQ sum
+// stay fp32. P = 2, bf16: a K or V block 32 bytes, an fp32 tensor 64, a row vector 16.
+TEST(ContextParallel, SixteenBitBlocksTravelInTheStorageDtype) {
+  Problem p = small(false);
+  p.dtype = Dtype::bf16;
+  const RingBytes ring = ring_bytes(p, 2, Variant::v2);
+  EXPECT_EQ(ring.forward_ring_bytes, 2 * 32 + (32 + 16) + (64 + 16));
+  EXPECT_EQ(ring.backward_ring_bytes, 2 * 32 + 4 * 64 + 64);
+  EXPECT_EQ(ring.forward_sent_bytes, 2 * 32);
+  EXPECT_EQ(ring.backward_sent_bytes, 2 * 32 + 2 * 2 * 64);
 }
 
 // With a workspace of the device's own the forward can be the peak: a step call's workspace is the
@@ -98,10 +114,10 @@ TEST(ContextParallel, HandCountFourDevices) {
 TEST(ContextParallel, StepWorkspaceAddsToTheRing) {
   const LayerCosts costs{.forward_workspace_bytes = 1000, .backward_workspace_bytes = 10};
   const ContextParallelModel m = model_context_parallel(small(false), 2, Variant::v2, costs, kBareDevice);
-  // forward 432 + 1000 = 1432 > backward 528 + 10
-  EXPECT_EQ(m.per_device.peak_bytes, 1432);
+  // forward 624 + 1000 = 1624 > backward 976 + 10
+  EXPECT_EQ(m.per_device.peak_bytes, 1624);
   EXPECT_EQ(m.per_device.peak_phase, Phase::fwd);
-  EXPECT_EQ(m.per_device.by_tag[Tag::workspace], 1000 + 224);
+  EXPECT_EQ(m.per_device.by_tag[Tag::workspace], 1000 + 288);
 }
 
 void expect_same(const ModelledMemory& a, const ModelledMemory& b) {
@@ -168,6 +184,37 @@ TEST(ContextParallel, BadSplitsAreUsageErrors) {
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()), "--cp 8: N = 8 must be a multiple of 16 (the zig-zag split's 2P = 16 chunks of equal length)");
   }
+}
+
+// The ring is modelled for G = H, N_k = N without dropout; the rest is refused by name (P > 1), and
+// P = 1 is the single-device model of any workload.
+TEST(ContextParallel, UnmodelledWorkloadsAreRefusedByName) {
+  Problem gqa = small(false);
+  gqa.heads = 4;
+  gqa.kv_heads = 2;
+  Problem cross = small(false);
+  cross.seq_kv = 16;
+  Problem dropped = small(false);
+  dropped.dropout = 0.1;
+  for (const auto& [problem, named] : {std::pair{gqa, "G=2"}, std::pair{cross, "Nk=16"}, std::pair{dropped, "dropout=0.1"}}) {
+    SCOPED_TRACE(named);
+    EXPECT_NO_THROW(validate_context_parallel(problem, 1));
+    try {
+      validate_context_parallel(problem, 2);
+      ADD_FAILURE() << "expected a UsageError";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("--cp 2: the ring is modelled for G = H and N_k = N without dropout "
+                                                   "(p = 0); this problem has ") + named);
+    }
+  }
+  // N_k given as N is square: the local problem's keys are its n rows.
+  Problem explicit_keys = small(true);
+  explicit_keys.seq_kv = 8;
+  explicit_keys.kv_heads = 1;
+  const Problem local = local_problem(explicit_keys, 2);
+  EXPECT_EQ(local.seq, 4);
+  EXPECT_EQ(local.key_seq(), 4);
+  EXPECT_TRUE(local.square());
 }
 
 // On a real device's model a split lowers one device's peak, the more devices the lower.

@@ -1,7 +1,7 @@
 // Ring attention (context parallelism) on the CPU, P ranks as threads of this process: the
-// in-process transport; the split; v2 as a ring against the single-device CPU v2 and the float64
-// reference (X_L and dX_0 of the stack, which hold O and dQ + dK + dV of every layer); each rank's
-// bytes sent and ledger peak against the model (model_context_parallel) to the byte.
+// in-process transport; the split; v2 as a ring on independent Q, K, V against the single-device
+// CPU v2 and the float64 reference (every layer's O, layer 0's dQ, dK and dV, each rank's rows); each
+// rank's bytes sent and ledger peak against the model (model_context_parallel) to the byte.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -142,12 +142,28 @@ Problem problem_of(const RingCase& c) {
   return p;
 }
 
-std::vector<float> normals(int64_t count, uint32_t seed) {
+std::vector<float> normals(int64_t count, uint32_t seed, float scale = 1) {
   std::mt19937 generator(seed);
   std::normal_distribution<float> normal;
   std::vector<float> out(static_cast<size_t>(count));
-  for (float& x : out) x = normal(generator);
+  for (float& x : out) x = scale * normal(generator);
   return out;
+}
+
+// One layer's inputs on the host, [B,H,N,d] each (G = H, N_k = N).
+struct HostLayer {
+  std::vector<float> Q, K, V, dO;
+};
+// Independent draws per tensor and layer; K and V at other scales than Q, so that a K taken for a V
+// (or a Q for a K) is far from the reference.
+std::vector<HostLayer> layers_of(const Problem& problem, uint32_t seed) {
+  std::vector<HostLayer> layers;
+  for (int64_t i = 0; i < problem.layers; ++i) {
+    const uint32_t s = seed + 10 * uint32_t(i);
+    layers.push_back({normals(problem.q_elements(), s), normals(problem.kv_elements(), s + 1, 0.7f),
+                      normals(problem.kv_elements(), s + 2, 1.5f), normals(problem.q_elements(), s + 3)});
+  }
+  return layers;
 }
 
 // max |a − b| / max |b|
@@ -162,105 +178,156 @@ double relative_error(const std::vector<float>& got, const std::vector<Want>& wa
 }
 
 struct RankRecord {
-  std::vector<float> output, input_grad;  // its rows of X_L and dX_0 [B,H,n,d]
+  std::vector<std::vector<float>> outputs;  // its rows of every layer's O [B,H,n,d]
+  std::vector<float> dQ, dK, dV;            // its rows of layer 0's gradients [B,H,n,d]
   int64_t peak_bytes = 0;
   TagBytes at_peak;
   Phase peak_phase = Phase::setup;
-  int64_t live_after = 0;  // bytes still live beside the inputs once dX_0 is released
+  int64_t live_after = 0;  // bytes still live beside the inputs once layer 0's gradients are released
+  int64_t forward_sent = 0, total_sent = 0;  // by its endpoint, after forward and after backward [bytes]
 };
 
+// A stack's results in [B,H,N,d]: every layer's O, layer 0's dQ, dK, dV.
 struct StackRun {
-  std::vector<float> output, input_grad;  // X_L, dX_0 [B,H,N,d]
+  std::vector<std::vector<float>> outputs;
+  std::vector<float> dQ, dK, dV;
   std::vector<RankRecord> ranks;
 };
 
-// The stack as P ranks: each rank's layer stack runs the local problem (seq = N/P) on its own ledger
-// and `threads` OpenMP threads, its layers the ring v2; the rows come back to their places in [B,H,N,d].
-StackRun run_ring(const Problem& problem, int64_t P, int threads, const std::vector<float>& X0,
-                  const std::vector<float>& dO) {
+// The device's copies of a stack's inputs (tag input) and the stack's view of them.
+struct StoredLayers {
+  std::vector<Buffer<float>> buffers;
+  std::vector<LayerData> data;
+};
+StoredLayers store(MemorySpace& space, const std::vector<HostLayer>& host) {
+  StoredLayers stored;
+  stored.buffers.reserve(4 * host.size());
+  auto put = [&](const std::vector<float>& values) {
+    stored.buffers.emplace_back(space, Tag::input, int64_t(values.size()));
+    std::copy(values.begin(), values.end(), stored.buffers.back().data());
+    return static_cast<const void*>(stored.buffers.back().data());
+  };
+  for (const HostLayer& layer : host) {
+    const void* Q = put(layer.Q);
+    const void* K = put(layer.K);
+    const void* V = put(layer.V);
+    stored.data.push_back({{Q, K, V}, put(layer.dO)});
+  }
+  return stored;
+}
+
+std::vector<float> copy_out(const void* data, int64_t count) {
+  const float* values = static_cast<const float*>(data);
+  return {values, values + count};
+}
+
+// The stack as P ranks: each rank's layer stack runs the local problem (seq = N_k = N/P) on its own
+// ledger and `threads` OpenMP threads, its layers the ring v2, on its rows of every layer's Q, K, V
+// and dO; the rows come back to their places in [B,H,N,d].
+StackRun run_ring(const Problem& problem, int64_t P, int threads, const std::vector<HostLayer>& host) {
   const DeviceEntry& entry = registry().device("cpu");
   std::unique_ptr<Device> device = entry.open({});
   const Problem local = local_problem(problem, P);
+  const int64_t N = problem.seq, d = problem.head_dim;
   InProcessRing ring(P);
   StackRun result;
-  result.output.resize(X0.size());
-  result.input_grad.resize(X0.size());
   result.ranks.resize(size_t(P));
   ring.run([&](RingTransport& transport) {
     omp_set_num_threads(threads);  // this thread's own setting, which the kernels size their workspace by
-    const std::vector<RowRange> rows = local_rows(problem.seq, P, transport.rank(), seq_split(problem));
+    const std::vector<RowRange> rows = local_rows(N, P, transport.rank(), seq_split(problem));
+    std::vector<HostLayer> mine;
+    for (const HostLayer& layer : host)
+      mine.push_back({gather_rows(layer.Q, N, d, rows), gather_rows(layer.K, N, d, rows),
+                      gather_rows(layer.V, N, d, rows), gather_rows(layer.dO, N, d, rows)});
     std::unique_ptr<Implementation> ring_v2 = cpu::make_ring_v2(problem, transport);
     MemoryLedger ledger;
     HostSpace space(ledger);
-    Buffer<float> X0_local(space, Tag::input, local.q_elements()), dO_local(space, Tag::input, local.q_elements());
-    const std::vector<float> x = gather_rows(X0, problem.seq, problem.head_dim, rows);
-    const std::vector<float> g = gather_rows(dO, problem.seq, problem.head_dim, rows);
-    std::copy(x.begin(), x.end(), X0_local.data());
-    std::copy(g.begin(), g.end(), dO_local.data());
+    const StoredLayers stored = store(space, mine);
     RankRecord& record = result.ranks[size_t(transport.rank())];
     LayerStack stack(local, *ring_v2, *device, space);
     ledger.set_phase(Phase::fwd);
-    stack.forward(X0_local.data());
-    const float* out = static_cast<const float*>(stack.output());
-    record.output.assign(out, out + local.q_elements());
+    stack.forward(stored.data);
+    record.forward_sent = transport.sent_bytes();
+    for (int64_t i = 0; i < local.layers; ++i) record.outputs.push_back(copy_out(stack.output(i), local.q_elements()));
     ledger.set_phase(Phase::bwd);
     {
-      const LayerStack::Gradients gradients = stack.backward(X0_local.data(), dO_local.data());
-      const float* dX = gradients.input.as<float>();
-      record.input_grad.assign(dX, dX + local.q_elements());
+      const LayerStack::Gradients gradients = stack.backward(stored.data);
+      record.dQ = copy_out(gradients.dQ.data(), local.q_elements());
+      record.dK = copy_out(gradients.dK.data(), local.kv_elements());
+      record.dV = copy_out(gradients.dV.data(), local.kv_elements());
     }
+    record.total_sent = transport.sent_bytes();
     record.peak_bytes = ledger.peak_bytes();
     record.at_peak = ledger.at_peak();
     record.peak_phase = ledger.peak_phase();
     record.live_after = ledger.live().total() - ledger.live()[Tag::input];
   });
+  const size_t global = size_t(problem.q_elements());
+  result.outputs.assign(size_t(problem.layers), std::vector<float>(global));
+  result.dQ.resize(global);
+  result.dK.resize(global);
+  result.dV.resize(global);
   for (int64_t r = 0; r < P; ++r) {
-    const std::vector<RowRange> rows = local_rows(problem.seq, P, r, seq_split(problem));
-    place_rows(result.ranks[size_t(r)].output, problem.seq, problem.head_dim, rows, result.output);
-    place_rows(result.ranks[size_t(r)].input_grad, problem.seq, problem.head_dim, rows, result.input_grad);
+    const std::vector<RowRange> rows = local_rows(N, P, r, seq_split(problem));
+    const RankRecord& rank = result.ranks[size_t(r)];
+    for (int64_t i = 0; i < problem.layers; ++i) place_rows(rank.outputs[size_t(i)], N, d, rows, result.outputs[size_t(i)]);
+    place_rows(rank.dQ, N, d, rows, result.dQ);
+    place_rows(rank.dK, N, d, rows, result.dK);
+    place_rows(rank.dV, N, d, rows, result.dV);
   }
   return result;
 }
 
 // The CPU's own v2 on one device, the whole problem.
-StackRun run_single_device(const Problem& problem, const std::vector<float>& X0, const std::vector<float>& dO) {
+StackRun run_single_device(const Problem& problem, const std::vector<HostLayer>& host) {
   const DeviceEntry& entry = registry().device("cpu");
   std::unique_ptr<Device> device = entry.open({});
   auto v2 = select_implementations(entry, {"v2"});
   MemoryLedger ledger;
   HostSpace space(ledger);
-  Buffer<float> X0_stored(space, Tag::input, problem.q_elements()), dO_stored(space, Tag::input, problem.q_elements());
-  std::copy(X0.begin(), X0.end(), X0_stored.data());
-  std::copy(dO.begin(), dO.end(), dO_stored.data());
+  const StoredLayers stored = store(space, host);
   LayerStack stack(problem, *v2.front(), *device, space);
-  stack.forward(X0_stored.data());
+  stack.forward(stored.data);
   StackRun result;
-  const float* out = static_cast<const float*>(stack.output());
-  result.output.assign(out, out + problem.q_elements());
-  const LayerStack::Gradients gradients = stack.backward(X0_stored.data(), dO_stored.data());
-  result.input_grad.assign(gradients.input.as<float>(), gradients.input.as<float>() + problem.q_elements());
+  for (int64_t i = 0; i < problem.layers; ++i) result.outputs.push_back(copy_out(stack.output(i), problem.q_elements()));
+  const LayerStack::Gradients gradients = stack.backward(stored.data);
+  result.dQ = copy_out(gradients.dQ.data(), problem.q_elements());
+  result.dK = copy_out(gradients.dK.data(), problem.kv_elements());
+  result.dV = copy_out(gradients.dV.data(), problem.kv_elements());
   return result;
 }
+
+std::vector<double> to_double(const std::vector<float>& values) { return {values.begin(), values.end()}; }
 
 class RingV2 : public ::testing::TestWithParam<RingCase> {};
 
 TEST_P(RingV2, MatchesOneDeviceAndFloat64AndTheModelToTheByte) {
   const RingCase& c = GetParam();
   const Problem problem = problem_of(c);
-  const std::vector<float> X0 = normals(problem.q_elements(), 7), dO = normals(problem.q_elements(), 11);
+  const std::vector<HostLayer> host = layers_of(problem, 7);
 
-  const StackRun ring = run_ring(problem, c.P, c.threads, X0, dO);
-  const StackRun single = run_single_device(problem, X0, dO);
-  const std::vector<double> X0_exact(X0.begin(), X0.end()), dO_exact(dO.begin(), dO.end());
-  const StackReference exact = reference_stack(ReferenceShape{problem.heads_total(), c.N, c.d, c.causal}, c.L,
-                                               X0_exact, dO_exact);
-  // fp32 sums in a different order (measured at most 1.5e-6 over these shapes), far below an error
-  // of the split: a lost block or a wrong mask is of the order of 0.1 to 1.
+  const StackRun ring = run_ring(problem, c.P, c.threads, host);
+  const StackRun single = run_single_device(problem, host);
+  // fp32 sums in a different order (measured at most 6.7e-7 over these shapes), far below an error
+  // of the split: a lost block, a wrong mask, K taken for V or a sum not brought home is of the
+  // order of 0.1 to 1.
   constexpr double kTolerance = 1e-5;
-  EXPECT_LT(relative_error(ring.output, single.output), kTolerance) << "X_L against the one-device v2";
-  EXPECT_LT(relative_error(ring.input_grad, single.input_grad), kTolerance) << "dX_0 against the one-device v2";
-  EXPECT_LT(relative_error(ring.output, exact.output), kTolerance) << "X_L against float64";
-  EXPECT_LT(relative_error(ring.input_grad, exact.input_grad), kTolerance) << "dX_0 against float64";
+  const ReferenceShape shape{problem.heads_total(), c.N, c.d, c.causal};
+  for (int64_t i = 0; i < c.L; ++i) {
+    SCOPED_TRACE("layer " + std::to_string(i));
+    const HostLayer& in = host[size_t(i)];
+    const LayerReference exact =
+        reference_layer(shape, to_double(in.Q), to_double(in.K), to_double(in.V), to_double(in.dO));
+    EXPECT_LT(relative_error(ring.outputs[size_t(i)], single.outputs[size_t(i)]), kTolerance) << "O against the one-device v2";
+    EXPECT_LT(relative_error(ring.outputs[size_t(i)], exact.O), kTolerance) << "O against float64";
+    if (i > 0) continue;  // the stack returns layer 0's gradients
+    EXPECT_LT(relative_error(ring.dQ, single.dQ), kTolerance) << "dQ against the one-device v2";
+    EXPECT_LT(relative_error(ring.dK, single.dK), kTolerance) << "dK against the one-device v2";
+    EXPECT_LT(relative_error(ring.dV, single.dV), kTolerance) << "dV against the one-device v2";
+    EXPECT_LT(relative_error(ring.dQ, exact.dQ), kTolerance) << "dQ against float64";
+    EXPECT_LT(relative_error(ring.dK, exact.dK), kTolerance) << "dK against float64";
+    EXPECT_LT(relative_error(ring.dV, exact.dV), kTolerance) << "dV against float64";
+  }
 
   // The model of one device of P, fed as `model --cp P` feeds it: the CPU v2's costs for the local
   // problem and the device's parameters for the rank's threads.
@@ -276,43 +343,32 @@ TEST_P(RingV2, MatchesOneDeviceAndFloat64AndTheModelToTheByte) {
     EXPECT_EQ(rank.peak_phase, model.per_device.peak_phase);
     for (Tag tag : {Tag::input, Tag::activation, Tag::kept, Tag::workspace, Tag::grad})
       EXPECT_EQ(rank.at_peak[tag], model.per_device.by_tag[tag]) << "tag " << int(tag);
-    EXPECT_EQ(rank.live_after, 0) << "all but the inputs freed once dX_0 is";
+    EXPECT_EQ(rank.live_after, 0) << "all but the inputs freed once layer 0's gradients are";
   }
 }
 
-// Sent bytes: every rank sends what the model says, per layer times L.
+// Sent bytes: every rank sends what the model says, per layer times L: K and V blocks, and in
+// backward the dK and dV sums.
 TEST_P(RingV2, SendsWhatTheModelSays) {
   const RingCase& c = GetParam();
   const Problem problem = problem_of(c);
-  const std::vector<float> X0 = normals(problem.q_elements(), 3), dO = normals(problem.q_elements(), 5);
-  const DeviceEntry& entry = registry().device("cpu");
-  std::unique_ptr<Device> device = entry.open({});
-  const Problem local = local_problem(problem, c.P);
   const RingBytes modelled = ring_bytes(problem, c.P, Variant::v2);
-  InProcessRing ring(c.P);
-  std::vector<int64_t> forward_sent(size_t(c.P)), total_sent(size_t(c.P));
-  ring.run([&](RingTransport& transport) {
-    omp_set_num_threads(1);
-    std::unique_ptr<Implementation> ring_v2 = cpu::make_ring_v2(problem, transport);
-    MemoryLedger ledger;
-    HostSpace space(ledger);
-    const std::vector<RowRange> rows = local_rows(problem.seq, c.P, transport.rank(), seq_split(problem));
-    std::vector<float> x = gather_rows(X0, c.N, c.d, rows), g = gather_rows(dO, c.N, c.d, rows);
-    LayerStack stack(local, *ring_v2, *device, space);
-    stack.forward(x.data());
-    forward_sent[size_t(transport.rank())] = transport.sent_bytes();
-    stack.backward(x.data(), g.data());
-    total_sent[size_t(transport.rank())] = transport.sent_bytes();
-  });
+  const StackRun ring = run_ring(problem, c.P, 1, layers_of(problem, 3));
   for (int64_t r = 0; r < c.P; ++r) {
-    EXPECT_EQ(forward_sent[size_t(r)], c.L * modelled.forward_sent_bytes) << "rank " << r;
-    EXPECT_EQ(total_sent[size_t(r)], c.L * (modelled.forward_sent_bytes + modelled.backward_sent_bytes)) << "rank " << r;
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(ring.ranks[size_t(r)].forward_sent, c.L * modelled.forward_sent_bytes);
+    EXPECT_EQ(ring.ranks[size_t(r)].total_sent, c.L * (modelled.forward_sent_bytes + modelled.backward_sent_bytes));
   }
+  // Spelled out, fp32: 2(P − 1) blocks forward; 2(P − 1) blocks and 2P sums backward.
+  const int64_t block = problem.q_elements() / c.P * 4;
+  EXPECT_EQ(modelled.forward_sent_bytes, 2 * (c.P - 1) * block);
+  EXPECT_EQ(modelled.backward_sent_bytes, c.P == 1 ? 0 : 2 * (c.P - 1) * block + 2 * c.P * block);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, RingV2,
     ::testing::Values(RingCase{1, 2, 48, 16, 1, 1, false},  // one rank: the ring is the one-device v2
+                      RingCase{1, 2, 48, 16, 1, 1, true},
                       RingCase{1, 2, 48, 16, 1, 2, false}, RingCase{1, 2, 48, 16, 1, 3, false},
                       RingCase{1, 2, 48, 16, 1, 4, false}, RingCase{1, 2, 48, 16, 1, 2, true},
                       RingCase{1, 2, 48, 16, 1, 3, true}, RingCase{1, 2, 48, 16, 1, 4, true},
@@ -339,9 +395,12 @@ TEST(RingV2Input, RefusesWhatItDoesNotRun) {
   problem.dropout = 0.1;  // its mask's element index would have to be the global one
   EXPECT_THROW(cpu::make_ring_v2(problem, ring.endpoint(0)), UsageError);
   problem.dropout = 0;
-  problem.kv_heads = 1;  // G < H: K and V would travel as their own tensors
+  problem.kv_heads = 1;  // G < H: the K, V blocks would be of G heads
   EXPECT_THROW(cpu::make_ring_v2(problem, ring.endpoint(0)), UsageError);
   problem.kv_heads = 0;
+  problem.seq_kv = 24;  // N_k ≠ N: the keys would need a split of their own
+  EXPECT_THROW(cpu::make_ring_v2(problem, ring.endpoint(0)), UsageError);
+  problem.seq_kv = 0;
   problem.dtype = Dtype::bf16;
   const auto bf16 = cpu::make_ring_v2(problem, ring.endpoint(0));
   EXPECT_TRUE(bf16->unsupported(local_problem(problem, 2)).has_value());

@@ -80,26 +80,26 @@ ModelledMemory model_memory(const Problem& problem, Variant variant, const Layer
 // ---- context parallelism: one stack split over P devices along N (ring attention) ----
 //
 // The schedule each of the P devices runs (docs/memory.md derives it term by term). With
-// n = N/P local rows, every device holds n queries and, since Q = K = V = X here (self-attention
-// with identity projections), n keys and values: its local block of X. A ring step is one call of the
-// implementation on an [n queries × n keys] block, so its workspace is the implementation's own for
-// the local problem (seq = n). What travels around the ring is X itself: one [B,H,n,d] block in the
-// storage dtype per step (K and V are the same tensor), and in backward beside it the partial sum
-// dK + dV of that block (fp32, [B,H,n,d]), which ends at the block's owner. Causal runs use the
-// zig-zag split (each device holds chunks i and 2P-1-i of 2P), which balances the unmasked pairs
-// and changes neither the bytes held nor the bytes sent. With P = 1 every ring term is 0 and the
-// model is model_memory's.
+// n = N/P local rows, every device holds its n rows of Q, K and V (the operator is square here:
+// G = H, N_k = N), and its n rows of dO. A ring step is one call of the implementation on an
+// [n queries × n keys] block, so its workspace is the implementation's own for the local problem
+// (seq = N_k = n). What travels around the ring is a K block and a V block, two [B,H,n,d] tensors in
+// the storage dtype per step, and in backward beside them their partial gradients dK and dV (two
+// fp32 [B,H,n,d] sums), which end at the blocks' owner; dQ is summed locally. A device's results are
+// dQ, dK and dV of its own rows. Causal runs use the zig-zag split (each device holds chunks i and
+// 2P-1-i of 2P), which balances the unmasked pairs and changes neither the bytes held nor the bytes
+// sent. With P = 1 every ring term is 0 and the model is model_memory's.
 struct RingBytes {
   // Held on one device beyond the single-device schedule of the local problem. [bytes]
-  int64_t forward_ring_bytes = 0;   // X blocks in flight, min(2, P-1), and the merge of the
+  int64_t forward_ring_bytes = 0;   // K, V block pairs in flight, min(2, P-1), and the merge of the
                                     // blocks' partial outputs (fp32 O and LSE, one block's O and LSE)
-  int64_t backward_ring_bytes = 0;  // min(2, P-1) X blocks, two dK+dV accumulators (the one worked
-                                    // on and the one arriving) and the fp32 dQ accumulator
+  int64_t backward_ring_bytes = 0;  // min(2, P-1) K, V block pairs, two dK and two dV fp32 sums (the
+                                    // ones worked on and the ones arriving) and the fp32 dQ sum
   int64_t recompute_rows_bytes = 0; // checkpoint: its recomputed P spans all N keys [B,H,n,N], not n
   // Sent by one device per layer (each device sends as much as it receives). [bytes]
-  int64_t forward_sent_bytes = 0;   // (P-1) X blocks
-  int64_t backward_sent_bytes = 0;  // (P-1) X blocks and P dK+dV blocks (checkpoint: and its
-                                    // recomputed forward's P-1 X blocks)
+  int64_t forward_sent_bytes = 0;   // (P-1) K blocks and (P-1) V blocks
+  int64_t backward_sent_bytes = 0;  // (P-1) K and V blocks, P dK and P dV sums (checkpoint: and its
+                                    // recomputed forward's K and V blocks)
 };
 
 struct ContextParallelModel {
@@ -111,10 +111,10 @@ struct ContextParallelModel {
   int64_t stack_sent_bytes = 0;  // L × (forward + backward) sent by one device [bytes]
 };
 
-// Throws UsageError for P < 1, or N not a multiple of P (of 2P when causal and P > 1: the zig-zag
-// split's chunks).
+// Throws UsageError for P < 1; for P > 1, for a problem the ring is not modelled for (G < H,
+// N_k ≠ N, dropout), or N not a multiple of P (of 2P when causal: the zig-zag split's chunks).
 void validate_context_parallel(const Problem& problem, int64_t ranks);
-Problem local_problem(const Problem& problem, int64_t ranks);  // seq = N/P
+Problem local_problem(const Problem& problem, int64_t ranks);  // seq = N_k = N/P
 // The ring terms alone, for `problem` split over `ranks` devices.
 RingBytes ring_bytes(const Problem& problem, int64_t ranks, Variant variant);
 // How N's rows are dealt: P contiguous chunks, or the zig-zag split (chunks i and 2P-1-i of 2P).

@@ -102,121 +102,142 @@ class RingV2 final : public Implementation {
 
   std::optional<std::string> unsupported(const Problem& local) const override {
     if (local.dtype != Dtype::fp32) return std::string("the CPU ring runs fp32 storage only");
-    if (local.seq * transport_.ranks() != problem_.seq)
-      return fmt::format("the ring's local problem has N/P = {} rows, not {}", problem_.seq / transport_.ranks(),
-                         local.seq);
+    if (!same_problem(local, local_problem(problem_, transport_.ranks())))
+      return fmt::format("a rank's problem is the ring's local one ({}), not {}",
+                         local_problem(problem_, transport_.ranks()).describe(), local.describe());
     return std::nullopt;
   }
 
-  // One step's: the local problem's workspace of the v2 kernels and the dK, dV that backward writes
-  // beside dX. The ring's own buffers are the model's ring terms (ring_bytes), which
-  // model_context_parallel adds.
+  // One step's: the local problem's workspace of the v2 kernels. No gradient buffers beside the
+  // stack's dQ, dK, dV, which hold each step's shares as the kernel writes them. The ring's own
+  // buffers are the model's ring terms (ring_bytes), which model_context_parallel adds.
   LayerCosts costs(const Problem& local, const ModelParams& params) const override {
     const LayerShape shape = LayerShape::of(local);
     constexpr int64_t kFloat = 4;
     return {.forward_workspace_bytes = workspace_elements(Variant::v2, Pass::forward, shape, tiling_, params.threads) * kFloat,
             .backward_workspace_bytes = workspace_elements(Variant::v2, Pass::backward, shape, tiling_, params.threads) * kFloat,
-            .backward_extra_grad_bytes = 2 * local.q_elements() * kFloat};
+            .backward_extra_grad_bytes = 0};
   }
 
-  void forward(LayerCall& call, const void* X_raw, void* O_raw, KeptTensors& kept) override {
+  void forward(LayerCall& call, const LayerInputs& in, void* O_raw, KeptTensors& kept) override {
     require_supported(call.problem);
     const Problem& local = call.problem;
     const int64_t P = transport_.ranks(), r = transport_.rank();
     const int64_t elements = local.q_elements(), rows = local.row_elements();
-    const float* X = static_cast<const float*>(X_raw);
+    const float* Q = static_cast<const float*>(in.Q);
     if (P == 1) {  // no ring: the one-device v2, as the model's P = 1 is model_memory's
       KeptView view;
       view.lse = kept.get<float>("LSE");
-      cpu::forward(Variant::v2, LayerShape::of(local), tiling_, X, X, X, static_cast<float*>(O_raw), view, call.space);
+      cpu::forward(Variant::v2, LayerShape::of(local), tiling_, Q, static_cast<const float*>(in.K),
+                   static_cast<const float*>(in.V), static_cast<float*>(O_raw), view, call.space);
       return;
     }
     // The model's forward ring terms (ring_bytes), all held before the first step so that step 0's
-    // kernel workspace meets them: min(2, P − 1) X blocks, one step's O and LSE, the running O and LSE.
-    std::vector<Buffer<float>> blocks;
-    for (int64_t b = 0; b < std::min<int64_t>(2, P - 1); ++b) blocks.emplace_back(call.space, Tag::workspace, elements);
+    // kernel workspace meets them: min(2, P − 1) K, V block pairs, one step's O and LSE, the running
+    // O and LSE (tag workspace).
+    std::vector<BlockPair> pairs = allocate_pairs(call.space, P, elements);
     Buffer<float> O_step(call.space, Tag::workspace, elements), lse_step(call.space, Tag::workspace, rows);
     Buffer<float> O_run(call.space, Tag::workspace, elements), lse_run(call.space, Tag::workspace, rows);
     std::fill_n(O_run.data(), elements, 0.0f);
     std::fill_n(lse_run.data(), rows, kNegInf);
 
-    const float* block = X;  // step 0: its own rows
+    // Step 0: its own rows of K and V.
+    const float* K = static_cast<const float*>(in.K);
+    const float* V = static_cast<const float*>(in.V);
     for (int64_t s = 0; s < P; ++s) {
-      float* incoming = s < P - 1 ? blocks[size_t(s % 2)].data() : nullptr;
-      // The block goes on before this step's compute: the transfer a device would overlap with it.
-      if (incoming) transport_.shift(bytes_of(block, elements), bytes_of(incoming, elements));
+      BlockPair* incoming = s < P - 1 ? &pairs[size_t(s % 2)] : nullptr;
+      // The pair goes on before this step's compute: the transfer a device would overlap with it.
+      if (incoming) {
+        transport_.shift(bytes_of(K, elements), bytes_of(incoming->K.data(), elements));
+        transport_.shift(bytes_of(V, elements), bytes_of(incoming->V.data(), elements));
+      }
       const RingStepPlan plan = plan_ring_step(rows_[size_t(r)], rows_[size_t((r - s + P) % P)], problem_.causal);
       for_each_call(local, plan, [&](const RingStepCall& c, int64_t head, int64_t heads) {
         const LayerShape shape = step_shape(local, c, heads);
         const int64_t q = head * local.seq + c.query_begin, k = head * local.seq + c.key_begin;
+        const int64_t d = local.head_dim;
         KeptView step_kept;
         step_kept.lse = lse_step.data() + q;
-        cpu::forward(Variant::v2, shape, tiling_, X + q * local.head_dim, block + k * local.head_dim,
-                     block + k * local.head_dim, O_step.data() + q * local.head_dim, step_kept, call.space);
+        cpu::forward(Variant::v2, shape, tiling_, Q + q * d, K + k * d, V + k * d, O_step.data() + q * d, step_kept,
+                     call.space);
         // An all-heads call spans whole heads (query_rows = n), so its rows are consecutive too.
         merge(local, q, heads * c.query_rows, O_step.data(), lse_step.data(), O_run.data(), lse_run.data());
       });
-      block = incoming;
+      if (incoming) {
+        K = incoming->K.data();
+        V = incoming->V.data();
+      }
     }
     std::copy_n(O_run.data(), elements, static_cast<float*>(O_raw));
     std::copy_n(lse_run.data(), rows, kept.get<float>("LSE"));
   }
 
-  void backward(LayerCall& call, const void* X_raw, const void* O_raw, Gradient dO_in, KeptTensors& kept,
-                void* dX_raw) override {
+  void backward(LayerCall& call, const LayerInputs& in, const void* O_raw, const void* dO_raw, KeptTensors& kept,
+                const LayerGradients& gradients) override {
     require_supported(call.problem);
-    if (dO_in.dtype != Dtype::fp32) throw RuntimeFailure("internal error: the CPU ring's incoming gradient is fp32");
     const Problem& local = call.problem;
     const int64_t P = transport_.ranks(), r = transport_.rank(), d = local.head_dim;
     const int64_t elements = local.q_elements();
-    const float* X = static_cast<const float*>(X_raw);
+    const float* Q = static_cast<const float*>(in.Q);
     const float* O = static_cast<const float*>(O_raw);
-    const float* dO = static_cast<const float*>(dO_in.data);
+    const float* dO = static_cast<const float*>(dO_raw);
     const float* lse = kept.get<float>("LSE");
-    float* dX = static_cast<float*>(dX_raw);  // each step's dQ share, then the layer's dX
+    // The layer's gradients; until the last step each holds the step's share as the kernel writes it.
+    float* dQ = static_cast<float*>(gradients.dQ);
+    float* dK = static_cast<float*>(gradients.dK);
+    float* dV = static_cast<float*>(gradients.dV);
     if (P == 1) {
       KeptView view;
       view.lse = const_cast<float*>(lse);
-      Buffer<float> dK(call.space, Tag::grad, elements), dV(call.space, Tag::grad, elements);
-      cpu::backward(Variant::v2, LayerShape::of(local), tiling_, X, X, X, O, dO, view, dX, dK.data(), dV.data(),
-                    call.space);
-      add(dX, dK.data(), dV.data(), elements);
+      cpu::backward(Variant::v2, LayerShape::of(local), tiling_, Q, static_cast<const float*>(in.K),
+                    static_cast<const float*>(in.V), O, dO, view, dQ, dK, dV, call.space);
       return;
     }
-    // The model's backward ring terms: min(2, P − 1) X blocks, two dK + dV sums (the one worked on and
-    // the one arriving), the dQ sum; then, as a step call of the CPU's v2 has them, dK and dV.
-    std::vector<Buffer<float>> blocks;
-    for (int64_t b = 0; b < std::min<int64_t>(2, P - 1); ++b) blocks.emplace_back(call.space, Tag::workspace, elements);
-    Buffer<float> sums[2] = {Buffer<float>(call.space, Tag::workspace, elements),
-                             Buffer<float>(call.space, Tag::workspace, elements)};
+    // The model's backward ring terms (tag workspace): min(2, P − 1) K, V block pairs, two dK sums and
+    // two dV sums (the ones worked on and the ones arriving), the dQ sum.
+    std::vector<BlockPair> pairs = allocate_pairs(call.space, P, elements);
+    BlockPair sums[2] = {BlockPair(call.space, elements), BlockPair(call.space, elements)};  // .K: dK, .V: dV
     Buffer<float> dQ_sum(call.space, Tag::workspace, elements);
-    Buffer<float> dK(call.space, Tag::grad, elements), dV(call.space, Tag::grad, elements);
-    std::fill_n(sums[0].data(), elements, 0.0f);
+    std::fill_n(sums[0].K.data(), elements, 0.0f);
+    std::fill_n(sums[0].V.data(), elements, 0.0f);
     std::fill_n(dQ_sum.data(), elements, 0.0f);
 
-    const float* block = X;
+    const float* K = static_cast<const float*>(in.K);
+    const float* V = static_cast<const float*>(in.V);
     for (int64_t s = 0; s < P; ++s) {
-      float* incoming = s < P - 1 ? blocks[size_t(s % 2)].data() : nullptr;
-      if (incoming) transport_.shift(bytes_of(block, elements), bytes_of(incoming, elements));
-      float* sum = sums[s % 2].data();  // dK + dV of the block in hand, from the ranks it has visited
+      BlockPair* incoming = s < P - 1 ? &pairs[size_t(s % 2)] : nullptr;
+      if (incoming) {
+        transport_.shift(bytes_of(K, elements), bytes_of(incoming->K.data(), elements));
+        transport_.shift(bytes_of(V, elements), bytes_of(incoming->V.data(), elements));
+      }
+      // dK and dV of the pair in hand, from the ranks it has visited.
+      float* dK_sum = sums[s % 2].K.data();
+      float* dV_sum = sums[s % 2].V.data();
       const RingStepPlan plan = plan_ring_step(rows_[size_t(r)], rows_[size_t((r - s + P) % P)], problem_.causal);
       for_each_call(local, plan, [&](const RingStepCall& c, int64_t head, int64_t heads) {
         const LayerShape shape = step_shape(local, c, heads);
         const int64_t q = head * local.seq + c.query_begin, k = head * local.seq + c.key_begin;
         KeptView step_kept;
         step_kept.lse = const_cast<float*>(lse) + q;  // read only by backward
-        cpu::backward(Variant::v2, shape, tiling_, X + q * d, block + k * d, block + k * d, O + q * d, dO + q * d,
-                      step_kept, dX + q * d, dK.data() + k * d, dV.data() + k * d, call.space);
+        cpu::backward(Variant::v2, shape, tiling_, Q + q * d, K + k * d, V + k * d, O + q * d, dO + q * d, step_kept,
+                      dQ + q * d, dK + k * d, dV + k * d, call.space);
         // Only the rows this call wrote (an all-heads call spans whole heads, so they are consecutive).
-        add(dQ_sum.data() + q * d, dX + q * d, nullptr, heads * c.query_rows * d);
-        add(sum + k * d, dK.data() + k * d, dV.data() + k * d, heads * c.key_rows * d);
+        add(dQ_sum.data() + q * d, dQ + q * d, heads * c.query_rows * d);
+        add(dK_sum + k * d, dK + k * d, heads * c.key_rows * d);
+        add(dV_sum + k * d, dV + k * d, heads * c.key_rows * d);
       });
-      // The sum goes on with its block (its P-th send, after the last step, brings it home).
-      transport_.shift(bytes_of(sum, elements), bytes_of(sums[(s + 1) % 2].data(), elements));
-      block = incoming;
+      // The sums go on with their pair; the P-th send, after the last step, brings them home to the
+      // pair's owner, into the layer's dK and dV (whose last step's shares are summed by then).
+      float* next_dK = s < P - 1 ? sums[(s + 1) % 2].K.data() : dK;
+      float* next_dV = s < P - 1 ? sums[(s + 1) % 2].V.data() : dV;
+      transport_.shift(bytes_of(dK_sum, elements), bytes_of(next_dK, elements));
+      transport_.shift(bytes_of(dV_sum, elements), bytes_of(next_dV, elements));
+      if (incoming) {
+        K = incoming->K.data();
+        V = incoming->V.data();
+      }
     }
-    const float* home = sums[P % 2].data();  // this rank's own block's dK + dV from every rank
-    for (int64_t e = 0; e < elements; ++e) dX[e] = dQ_sum.data()[e] + home[e];
+    std::copy_n(dQ_sum.data(), elements, dQ);
   }
 
  private:
@@ -261,9 +282,23 @@ class RingV2 final : public Implementation {
     }
   }
 
-  // into += a (+ b)
-  static void add(float* into, const float* a, const float* b, int64_t count) {
-    for (int64_t e = 0; e < count; ++e) into[e] += a[e] + (b ? b[e] : 0.0f);
+  // into += a
+  static void add(float* into, const float* a, int64_t count) {
+    for (int64_t e = 0; e < count; ++e) into[e] += a[e];
+  }
+
+  // A K, V block pair [BH, n, d] (tag workspace): one in flight, or a pair of dK, dV sums.
+  struct BlockPair {
+    BlockPair(MemorySpace& space, int64_t elements) : K(space, Tag::workspace, elements), V(space, Tag::workspace, elements) {}
+    Buffer<float> K, V;
+  };
+  // The pairs in flight: min(2, P − 1), the one worked on (from step 1) and the one arriving; at
+  // P = 2 step 0 works on its own K and V and step 1 receives nothing.
+  static std::vector<BlockPair> allocate_pairs(MemorySpace& space, int64_t P, int64_t elements) {
+    std::vector<BlockPair> pairs;
+    pairs.reserve(2);
+    for (int64_t b = 0; b < std::min<int64_t>(2, P - 1); ++b) pairs.emplace_back(space, elements);
+    return pairs;
   }
 
   Problem problem_;

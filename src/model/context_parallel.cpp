@@ -13,13 +13,14 @@ namespace flashbench {
 void validate_context_parallel(const Problem& problem, int64_t ranks) {
   if (ranks < 1) throw UsageError(fmt::format("--cp {}: the number of devices must be at least 1", ranks));
   if (ranks == 1) return;
-  // The ring is modelled for square self-attention (X travels as K and V); the other workloads
-  // (a separate context, GQA, dropout) change what travels and are not modelled yet.
-  if (problem.key_heads() != problem.heads || problem.key_seq() != problem.seq || problem.dropout > 0 ||
-      problem.expand_kv)
-    throw UsageError(fmt::format("--cp {}: the ring is modelled for self-attention without dropout (G = H, N_k = N, "
-                                 "p = 0)",
-                                 ranks));
+  // The ring is modelled for the square operator (G = H, N_k = N): rank r holds rows r of Q, K and V
+  // alike and K, V travel as [B,H,n,d] blocks. GQA (K, V blocks of G heads), a separate context
+  // (N_k ≠ N: its own split of the keys) and dropout (the mask's element index would be the global
+  // one) change what travels or what a step computes and are not modelled yet.
+  if (!problem.square() || problem.dropout > 0)
+    throw UsageError(fmt::format("--cp {}: the ring is modelled for G = H and N_k = N without dropout (p = 0); "
+                                 "this problem has {}",
+                                 ranks, problem.workload()));
   // Causal: the zig-zag split cuts N into 2P chunks and gives device i chunks i and 2P-1-i.
   const int64_t chunks = problem.causal ? 2 * ranks : ranks;
   if (problem.seq % chunks != 0)
@@ -31,6 +32,7 @@ Problem local_problem(const Problem& problem, int64_t ranks) {
   validate_context_parallel(problem, ranks);
   Problem local = problem;
   local.seq = problem.seq / ranks;
+  local.seq_kv = 0;  // N_k = n: a rank holds the same rows of K and V as of Q
   return local;
 }
 
@@ -58,18 +60,21 @@ RingBytes ring_bytes(const Problem& problem, int64_t ranks, Variant variant) {
   const Problem local = local_problem(problem, ranks);
   RingBytes ring;
   if (ranks == 1) return ring;  // nothing to receive, nothing to merge
-  const int64_t block = local.q_elements() * element_bytes(local.dtype);  // one X block [B,H,n,d]
-  const int64_t block_fp32 = local.q_elements() * 4;                      // [B,H,n,d] in fp32
-  const int64_t rows_fp32 = local.row_elements() * 4;                       // [B,H,n] in fp32
-  // Step s computes on the block received at step s-1 (its own X at s = 0) while the next one
-  // arrives: two buffers, one when P = 2 (step 0 works on its own X, step 1 receives nothing).
-  const int64_t blocks_in_flight = std::min<int64_t>(2, ranks - 1) * block;
-  // Forward merges each step's partial result (O_j in the storage dtype, LSE_j) into the running
+  const int64_t block = local.kv_elements() * element_bytes(local.dtype);  // one K or V block [B,H,n,d]
+  const int64_t block_fp32 = local.kv_elements() * 4;                      // [B,H,n,d] in fp32
+  const int64_t output_block = local.q_elements() * element_bytes(local.dtype);  // O_s [B,H,n,d]
+  const int64_t queries_fp32 = local.q_elements() * 4;                     // running O, the dQ sum
+  const int64_t rows_fp32 = local.row_elements() * 4;                      // [B,H,n] in fp32
+  // Step s computes on the K, V pair received at step s-1 (its own K and V at s = 0) while the next
+  // one arrives: two pairs, one when P = 2 (step 0 works on its own, step 1 receives nothing).
+  const int64_t pairs_in_flight = std::min<int64_t>(2, ranks - 1) * 2 * block;
+  // Forward merges each step's partial result (O_s in the storage dtype, LSE_s) into the running
   // fp32 O and LSE, rescaled by the new LSE (the online softmax across blocks).
-  ring.forward_ring_bytes = blocks_in_flight + (block + rows_fp32) + (block_fp32 + rows_fp32);
-  // Backward: the block worked on travels with its dK + dV partial sum; the next pair arrives while
-  // this one is computed, and the local queries' dQ is summed over all steps in fp32.
-  ring.backward_ring_bytes = blocks_in_flight + 2 * block_fp32 + block_fp32;
+  ring.forward_ring_bytes = pairs_in_flight + (output_block + rows_fp32) + (queries_fp32 + rows_fp32);
+  // Backward: the pair worked on travels with its dK and dV partial sums (fp32); the next pair and
+  // its sums arrive while this one is computed: two dK sums and two dV sums. The local queries' dQ
+  // is summed over all steps in fp32.
+  ring.backward_ring_bytes = pairs_in_flight + 2 * 2 * block_fp32 + queries_fp32;
   if (variant == Variant::checkpoint) {
     // Re-running the standard forward rebuilds P for n rows and all N keys; the step call's own
     // workspace (local costs) holds an [n, n] block of it, the rest is this.
@@ -77,9 +82,10 @@ RingBytes ring_bytes(const Problem& problem, int64_t ranks, Variant variant) {
     for (const KeptTensor& t : kept_per_layer(Variant::standard, local)) standard_p_local += t.bytes();
     ring.recompute_rows_bytes = (ranks - 1) * standard_p_local;
   }
-  ring.forward_sent_bytes = (ranks - 1) * block;
-  // X blocks P-1 times; the dK + dV sums P times, the last send bringing each home.
-  ring.backward_sent_bytes = (ranks - 1) * block + ranks * block_fp32;
+  // K and V blocks P-1 times each.
+  ring.forward_sent_bytes = (ranks - 1) * 2 * block;
+  // K and V blocks again; the dK and dV sums P times each, the last send bringing them home.
+  ring.backward_sent_bytes = (ranks - 1) * 2 * block + ranks * 2 * block_fp32;
   if (variant == Variant::checkpoint) ring.backward_sent_bytes += ring.forward_sent_bytes;  // its recomputed forward
   return ring;
 }

@@ -6,20 +6,21 @@
 // model's per-device peak.
 //
 // Letters: the global problem has N rows; P ranks, rank r holding n = N/P of them (local_rows(),
-// contiguous, or zig-zag when causal), BH = B·H heads, d the head dim. Q = K = V = X, so what travels
-// is one X block [BH, n, d] per step, and in backward beside it the fp32 sum dK + dV of that block.
+// contiguous, or zig-zag when causal), BH = B·H heads, d the head dim. Each rank holds its n rows of
+// Q, K, V and dO (G = H, N_k = N); what travels is a K block and a V block [BH, n, d] per step, and
+// in backward beside them the fp32 partial sums dK and dV of those blocks.
 //
-//   forward  step s = 0..P-1 attends the local queries to the block of rank r − s (its own X at
+//   forward  step s = 0..P-1 attends the local queries to the K, V blocks of rank r − s (its own at
 //            s = 0), giving O_s and LSE_s for the rows that see any of its keys, merged into the
 //            running O and LSE: LSE' = log(e^LSE + e^LSE_s), O' = e^(LSE−LSE')·O + e^(LSE_s−LSE')·O_s.
 //   backward with the final O and LSE: P_ij = exp(S_ij − LSE_i) is the global softmax restricted to
 //            the block and D_i = Σ_k dO_ik·O_ik the global row dot, so the single-device v2 backward
 //            of the local queries against one block gives exactly that block's share: dQ_s (summed
-//            over the steps into dQ) and dK_s + dV_s (added to the sum travelling with the block,
-//            whose P-th send brings it home). dX = dQ + the sum that came home.
+//            over the steps into dQ) and dK_s, dV_s (added to the sums travelling with the block,
+//            whose P-th send brings them home). The rank's results are dQ, dK and dV of its rows.
 //
-// fp32 storage, self-attention without dropout: make_ring_v2 refuses G < H, a separate context and
-// dropout (validate_context_parallel), unsupported() names 16-bit storage.
+// fp32 storage, G = H, N_k = N, no dropout: make_ring_v2 refuses the rest
+// (validate_context_parallel), unsupported() names 16-bit storage.
 #include <memory>
 
 #include "flashbench/cpu/attention.hpp"
@@ -49,7 +50,7 @@ struct RingStepPlan {
 RingStepPlan plan_ring_step(const std::vector<RowRange>& queries, const std::vector<RowRange>& keys, bool causal);
 
 // Rank transport.rank()'s implementation of v2 for `problem` (the whole problem: N rows) split over
-// transport.ranks() ranks. Its layer calls receive the local problem (seq = N/P), as one device's
+// transport.ranks() ranks. Its layer calls receive the local problem (seq = N_k = N/P), as one device's
 // layer stack runs it. Throws UsageError where validate_context_parallel does.
 std::unique_ptr<Implementation> make_ring_v2(const Problem& problem, RingTransport& transport, Tiling tiling = {});
 
