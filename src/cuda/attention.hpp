@@ -22,7 +22,7 @@ inline constexpr int64_t kBlasWorkspaceBytes = int64_t{32} << 20;
 // 60 MiB, the GPU this benchmark is mostly run on. It only decides the number of input sets. [bytes]
 inline constexpr int64_t kAssumedL2Bytes = int64_t{60} << 20;
 
-// How many (X0, dO) input sets the timing loop rotates through so that consecutive samples do not
+// How many input sets (Q, K, V of every layer and dO) the timing loop rotates through so that consecutive samples do not
 // find their inputs in an L2 cache of `l2_bytes`: enough to exceed 2× L2, at most 4.
 int64_t input_sets(const Problem& problem, int64_t l2_bytes);
 
@@ -31,8 +31,8 @@ int64_t input_sets(const Problem& problem, int64_t l2_bytes);
 ModelParams model_params(const Problem& problem, int64_t l2_bytes);
 
 // One variant's layer on the GPU: cuBLAS and row kernels for the materialising variants (standard,
-// v1, checkpoint), fused tiled kernels for v2. Shapes as in kernels.hpp: X, O, dO, dX [BH, N, d]
-// in the storage dtype (Q = K = V = X).
+// v1, checkpoint), fused tiled kernels for v2. Shapes as in kernels.hpp: Q, O, dO, dQ [BH, N, d] and
+// K, V, dK, dV [BG, N_k, d], all in the storage dtype (the gradient dtype on the GPU).
 class CudaAttention final : public Implementation {
  public:
   // Which tensor-core kernels v2 runs in bf16/fp16 (the other variants have one implementation):
@@ -48,8 +48,9 @@ class CudaAttention final : public Implementation {
   std::optional<std::string> unsupported(const Problem& problem) const override;
   LayerCosts costs(const Problem& problem, const ModelParams& params) const override;
 
-  void forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) override;
-  void backward(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept, void* dX) override;
+  void forward(LayerCall& call, const LayerInputs& in, void* O, KeptTensors& kept) override;
+  void backward(LayerCall& call, const LayerInputs& in, const void* O, const void* dO, KeptTensors& kept,
+                const LayerGradients& gradients) override;
 
  private:
   std::string name_;

@@ -6,10 +6,10 @@
 // time, cudnn_unavailable.cpp otherwise.
 //
 // What it keeps is v2's statement: O and LSE [B,H,N] fp32 (cuDNN's softmax statistics, the
-// natural-log LSE). Per backward layer call it allocates dK and dV [B,H,N,d] in the storage dtype
-// (tag grad; dQ is written into dX, then dX += dK + dV), the row dot D [B,H,N] and the fp32 dQ
-// accumulator [B,H,N,d] its graph needs (tag workspace), and cuDNN's own workspace (tag workspace),
-// whose size only cuDNN knows, once it has built the plan for the problem on this GPU.
+// natural-log LSE). Its backward graph writes dQ, dK and dV straight into the stack's gradients; per
+// backward layer call it allocates the row dot D [B,H,N] and the fp32 dQ accumulator [B,H,N,d] the
+// graph needs (tag workspace), and cuDNN's own workspace (tag workspace), whose size only cuDNN
+// knows, once it has built the plan for the problem on this GPU.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -32,8 +32,9 @@ class CudnnAttention final : public Implementation {
   std::optional<std::string> unsupported(const Problem& problem) const override;
   LayerCosts costs(const Problem& problem, const ModelParams& params) const override;
 
-  void forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) override;
-  void backward(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept, void* dX) override;
+  void forward(LayerCall& call, const LayerInputs& in, void* O, KeptTensors& kept) override;
+  void backward(LayerCall& call, const LayerInputs& in, const void* O, const void* dO, KeptTensors& kept,
+                const LayerGradients& gradients) override;
 
   // cuDNN's own workspace of the forward and backward plans for `problem`, when they have been built
   // in this process (by unsupported() or a layer call); nothing before. [bytes]

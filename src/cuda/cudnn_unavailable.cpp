@@ -26,8 +26,9 @@ std::optional<CudnnAttention::PlanWorkspace> CudnnAttention::plan_workspace(cons
 }
 
 // unsupported() refuses every problem, so no layer call is made; these only keep the promise.
-void CudnnAttention::forward(LayerCall&, const void*, void*, KeptTensors&) { throw RuntimeFailure(kNotBuilt); }
-void CudnnAttention::backward(LayerCall&, const void*, const void*, Gradient, KeptTensors&, void*) {
+void CudnnAttention::forward(LayerCall&, const LayerInputs&, void*, KeptTensors&) { throw RuntimeFailure(kNotBuilt); }
+void CudnnAttention::backward(LayerCall&, const LayerInputs&, const void*, const void*, KeptTensors&,
+                             const LayerGradients&) {
   throw RuntimeFailure(kNotBuilt);
 }
 

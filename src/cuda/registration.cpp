@@ -29,36 +29,33 @@ CudaAttention::CudaAttention(Variant variant, std::string name, Kernels kernels,
     : name_(std::move(name)), variant_(variant), kernels_(kernels), summary_(std::move(summary)) {}
 
 // With s the bytes of one [B,H,N,N_k] matrix in the storage dtype, r of one [B,H,N] fp32 vector, a
-// of one [B,H,N,d] fp32 tensor and k of the K/V heads the kernels see, [B,G,N_k,d] (or [B,H,N_k,d]
-// under expand_kv) in fp32, what attention.cpp allocates inside one layer call:
+// of one [B,H,N,d] fp32 tensor and k of one fp32 tensor of the K/V heads the kernels see, [B,G,N_k,d]
+// (or [B,H,N_k,d] under expand_kv), what attention.cpp allocates inside one layer call:
 //   forward   standard 0 (S is computed into the kept P; with dropout P̃ and Z go to the kept
 //             tensors), v1 s (P for O = P·V, S being kept), v2 0, checkpoint s (P, dropped in place)
 //   backward  standard s (dP, then dS in place), v1 s (dP; P is recomputed over the kept S),
-//             v2 r + a (D = rowsum(dO ∘ O) and the fp32 accumulator of dQ, with self-attention also
-//             of dK + dV) + k where there is a context (dK + dV apart),
+//             v2 r + a + 2k (D = rowsum(dO ∘ O) and the fp32 accumulators of dQ, dK and dV),
 //             checkpoint 2s (the recomputed P, and dP) + s with dropout (P̃; Z is redrawn, not stored)
 // Naive GQA (expand_kv): checkpoint repeats K and V again in each pass (2 × [B,H,N_k,d] workspace;
-// the other variants keep them), and the materialising variants' dK + dV at H heads wait in one
-// [B,H,N_k,d] gradient buffer (tag grad) until they are summed per group into dC.
-// dX_i and dC are the stack's, in the storage dtype.
+// the other variants keep them), and the materialising variants' dK and dV at H heads wait in two
+// [B,H,N_k,d] gradient buffers (tag grad) until they are summed per group into the stack's dK, dV.
+// dQ, dK and dV are the stack's, in the storage dtype.
 LayerCosts CudaAttention::costs(const Problem& problem, const ModelParams&) const {
   const int64_t element = element_bytes(problem.dtype);
   const int64_t s = problem.score_elements() * element;
   const int64_t r = problem.row_elements() * int64_t{4};
   const int64_t a = problem.q_elements() * int64_t{4};
-  const int64_t k = problem.self_attention() ? 0
-                    : problem.repeats_kv()   ? problem.expanded_kv_elements() * int64_t{4}
-                                             : problem.kv_elements() * int64_t{4};
+  const int64_t k = (problem.repeats_kv() ? problem.expanded_kv_elements() : problem.kv_elements()) * int64_t{4};
   const bool dropout = problem.dropout > 0;
   const bool repeats_per_pass = problem.repeats_kv() && variant_ == Variant::checkpoint;
   const int64_t repeated = repeats_per_pass ? 2 * problem.expanded_kv_elements() * element : 0;
   const int64_t repeated_grads =
-      problem.repeats_kv() && variant_ != Variant::v2 ? problem.expanded_kv_elements() * element : 0;
+      problem.repeats_kv() && variant_ != Variant::v2 ? 2 * problem.expanded_kv_elements() * element : 0;
   LayerCosts costs;
   switch (variant_) {
     case Variant::standard: costs = {.forward_workspace_bytes = 0, .backward_workspace_bytes = s}; break;
     case Variant::v1: costs = {.forward_workspace_bytes = s, .backward_workspace_bytes = s}; break;
-    case Variant::v2: costs = {.forward_workspace_bytes = 0, .backward_workspace_bytes = r + a + k}; break;
+    case Variant::v2: costs = {.forward_workspace_bytes = 0, .backward_workspace_bytes = r + a + 2 * k}; break;
     case Variant::checkpoint:
       costs = {.forward_workspace_bytes = s, .backward_workspace_bytes = (dropout ? 3 : 2) * s};
       break;

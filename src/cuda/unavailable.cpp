@@ -22,8 +22,9 @@ std::unique_ptr<Device> open_device(const DeviceOptions&) { throw UsageError(kNo
 std::optional<std::string> CudaAttention::unsupported(const Problem&) const { return std::string(kNotBuilt); }
 
 // Without a device no layer call can be made (open_device throws); these only keep the promise.
-void CudaAttention::forward(LayerCall&, const void*, void*, KeptTensors&) { throw RuntimeFailure(kNotBuilt); }
-void CudaAttention::backward(LayerCall&, const void*, const void*, Gradient, KeptTensors&, void*) {
+void CudaAttention::forward(LayerCall&, const LayerInputs&, void*, KeptTensors&) { throw RuntimeFailure(kNotBuilt); }
+void CudaAttention::backward(LayerCall&, const LayerInputs&, const void*, const void*, KeptTensors&,
+                             const LayerGradients&) {
   throw RuntimeFailure(kNotBuilt);
 }
 
