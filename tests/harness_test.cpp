@@ -19,6 +19,21 @@
 namespace flashbench {
 namespace {
 
+// The steady clock, logging each mark.
+class LoggingTimer final : public PhaseTimer {
+ public:
+  explicit LoggingTimer(std::vector<std::string>& events) : events_(events) {}
+  void mark() override {
+    events_.push_back("mark");
+    clock_.mark();
+  }
+  std::vector<double> intervals_ms() override { return clock_.intervals_ms(); }
+
+ private:
+  std::vector<std::string>& events_;
+  SteadyClockTimer clock_;
+};
+
 // The host heap, fp32 only, with a steady clock: enough of a device for the runner.
 class FakeDevice final : public Device {
  public:
@@ -29,7 +44,7 @@ class FakeDevice final : public Device {
   std::optional<int64_t> available_bytes() const override { return available; }
   bool shares_host_memory() const override { return true; }
   ModelParams model_params(const Problem&) const override { return {}; }
-  std::unique_ptr<PhaseTimer> timer() override { return std::make_unique<SteadyClockTimer>(); }
+  std::unique_ptr<PhaseTimer> timer() override { return std::make_unique<LoggingTimer>(events); }
   void synchronize() override {}
   void flush_caches() override {}
   int64_t cache_flush_bytes() const override { return 0; }
@@ -48,6 +63,13 @@ class FakeDevice final : public Device {
   void describe(nlohmann::ordered_json&) const override {}
   void annotate(Row& row) const override { row.device = "fake"; }
 
+  // What the timing protocol did, in order: "occupy", "mark" (a timer's) and "layer" (a layer call).
+  std::vector<std::string> events;
+  void occupy(double milliseconds) override {
+    EXPECT_GT(milliseconds, 0);
+    events.push_back("occupy");
+  }
+
   // The profiler's view: every range opened, in order, and those still open.
   std::vector<std::string> ranges, open_ranges;
   void push_range(const std::string& name) override {
@@ -61,12 +83,15 @@ class FakeDevice final : public Device {
 };
 
 // nondeterministic: right to the last bit in the first pass (its first L forward calls), one ulp off in
-// one element after
-// (as a kernel whose atomics add in another order).
-enum class Behaviour { correct, wrong, unsupported, greedy, throws, nan, nondeterministic };
+// one element after (as a kernel whose atomics add in another order). moves_dk_to_dv: right O and
+// dQ, but part of dK written into dV (dK + dV, what the tied operator compared, stays right).
+enum class Behaviour { correct, wrong, wrong_dq, moves_dk_to_dv, unsupported, greedy, throws, nan, nondeterministic };
 
 // Computes the layer with the float64 reference itself (so its answers are right by construction),
 // or misbehaves as asked.
+class FakeDevice;
+void log_layer_call(Device& device);
+
 class FakeImplementation final : public Implementation {
  public:
   FakeImplementation(std::string name, Behaviour behaviour) : name_(std::move(name)), behaviour_(behaviour) {}
@@ -81,11 +106,12 @@ class FakeImplementation final : public Implementation {
   }
   LayerCosts costs(const Problem&, const ModelParams&) const override { return {}; }
 
-  void forward(LayerCall& call, const void* X, void* O, KeptTensors&) override {
+  void forward(LayerCall& call, const LayerInputs& in, void* O, KeptTensors&) override {
     ++forward_calls;
+    log_layer_call(call.device);
     if (behaviour_ == Behaviour::throws) throw RuntimeFailure("kernel launch failed: too many resources requested");
     if (behaviour_ == Behaviour::greedy) Buffer<float> hog(call.space, Tag::workspace, int64_t{1} << 40);
-    const LayerReference r = layer(call.problem, X, nullptr);
+    const LayerReference r = layer(call.problem, in, nullptr);
     float* out = static_cast<float*>(O);
     for (size_t e = 0; e < r.O.size(); ++e) out[e] = float(r.O[e]) + (behaviour_ == Behaviour::wrong ? 0.01f : 0.0f);
     // One NaN at b = 0, h = 1, n = 3, k = 2 (H = 2, N = 13, d = 4).
@@ -93,23 +119,37 @@ class FakeImplementation final : public Implementation {
     if (behaviour_ == Behaviour::nondeterministic && forward_calls > call.problem.layers)
       out[5] = std::nextafter(out[5], 2.0f);
   }
-  void backward(LayerCall& call, const void* X, const void*, Gradient dO, KeptTensors&, void* dX) override {
-    const LayerReference r = layer(call.problem, X, static_cast<const float*>(dO.data));
-    float* out = static_cast<float*>(dX);
-    for (size_t e = 0; e < r.dQ.size(); ++e) out[e] = float(r.dQ[e] + r.dK[e] + r.dV[e]);
+  void backward(LayerCall& call, const LayerInputs& in, const void*, const void* dO, KeptTensors&,
+                const LayerGradients& gradients) override {
+    log_layer_call(call.device);
+    const LayerReference r = layer(call.problem, in, static_cast<const float*>(dO));
+    float* dQ = static_cast<float*>(gradients.dQ);
+    float* dK = static_cast<float*>(gradients.dK);
+    float* dV = static_cast<float*>(gradients.dV);
+    for (size_t e = 0; e < r.dQ.size(); ++e) dQ[e] = float(r.dQ[e]) + (behaviour_ == Behaviour::wrong_dq ? 0.01f : 0.0f);
+    const float moved = behaviour_ == Behaviour::moves_dk_to_dv ? 0.01f : 0.0f;
+    for (size_t e = 0; e < r.dK.size(); ++e) {
+      dK[e] = float(r.dK[e]) - moved;
+      dV[e] = float(r.dV[e]) + moved;
+    }
   }
 
  private:
-  static LayerReference layer(const Problem& p, const void* X, const float* dO) {
+  static LayerReference layer(const Problem& p, const LayerInputs& in, const float* dO) {
+    const auto values = [](const void* x, int64_t n) {
+      const float* f = static_cast<const float*>(x);
+      return std::vector<double>(f, f + n);
+    };
     const int64_t n = p.q_elements();
-    const float* x = static_cast<const float*>(X);
-    const std::vector<double> xd(x, x + n);
-    const std::vector<double> gd = dO ? std::vector<double>(dO, dO + n) : std::vector<double>(n, 0.0);
-    return reference_layer({p.heads_total(), p.seq, p.head_dim, p.causal}, xd, xd, xd, gd);
+    const std::vector<double> gd = dO ? values(dO, n) : std::vector<double>(n, 0.0);
+    return reference_layer({p.heads_total(), p.seq, p.head_dim, p.causal, p.key_seq(), p.group_size()},
+                           values(in.Q, n), values(in.K, p.kv_elements()), values(in.V, p.kv_elements()), gd);
   }
   std::string name_;
   Behaviour behaviour_;
 };
+
+void log_layer_call(Device& device) { static_cast<FakeDevice&>(device).events.push_back("layer"); }
 
 Problem small_problem(int64_t layers = 2) {
   Problem p;
@@ -155,9 +195,9 @@ TEST(Harness, EveryOutcomeIsARowAndTheSweepGoesOn) {
   EXPECT_EQ(rows[1].status, Status::failed);
   ASSERT_TRUE(rows[1].check.has_value());
   EXPECT_FALSE(rows[1].check->passed());
-  // The reason names the tensors over the tolerance: X_L is off, and so dX_0 through the second layer.
-  EXPECT_NE(rows[1].reason.find("output and input_grad differ from float64 by up to"), std::string::npos)
-      << rows[1].reason;
+  // The reason names the tensors over the tolerance: only O is off (the gradients are computed from
+  // the inputs, right).
+  EXPECT_NE(rows[1].reason.find("O differs from float64 by"), std::string::npos) << rows[1].reason;
 
   EXPECT_EQ(rows[2].status, Status::skipped);
   EXPECT_EQ(rows[2].reason, "not built for this shape");
@@ -181,7 +221,7 @@ TEST(Harness, ANonFiniteOutputIsAFailedRowNamingWhere) {
     options.check = check;
     const std::vector<Row> rows = run(device, small_problem(1), {&nan, &after}, options);
     EXPECT_EQ(rows[0].status, Status::failed);
-    EXPECT_NE(rows[0].reason.find("the output X_L holds nan at [b=0, h=1, n=3, k=2]"), std::string::npos)
+    EXPECT_NE(rows[0].reason.find("the output O of layer 0 holds nan at [b=0, h=1, n=3, k=2]"), std::string::npos)
         << rows[0].reason;
     EXPECT_EQ(rows[1].status, Status::ok) << rows[1].reason;
   }
@@ -200,28 +240,52 @@ TEST(Harness, WhatDoesNotFitIsSkippedBeforeAnythingRuns) {
   EXPECT_EQ(correct.forward_calls, 0);
 }
 
+// Each gradient is judged apart: a wrong dQ fails naming dQ alone, and an error that moves between
+// dK and dV (their sum right) fails naming both.
+TEST(Harness, EachGradientIsCheckedApart) {
+  FakeDevice device;
+  FakeImplementation wrong_dq("wrong_dq", Behaviour::wrong_dq), moves("moves", Behaviour::moves_dk_to_dv);
+  const std::vector<Row> rows = run(device, small_problem(), {&wrong_dq, &moves});
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].status, Status::failed);
+  EXPECT_NE(rows[0].reason.find("dQ differs from float64 by"), std::string::npos) << rows[0].reason;
+  EXPECT_EQ(rows[1].status, Status::failed);
+  EXPECT_NE(rows[1].reason.find("dK and dV differ from float64 by up to"), std::string::npos) << rows[1].reason;
+  ASSERT_TRUE(rows[1].check.has_value());
+  std::vector<std::string> names;
+  for (const CheckedTensor& tensor : rows[1].check->tensors) names.push_back(tensor.name);
+  EXPECT_EQ(names, std::vector<std::string>({"O", "dQ", "dK", "dV"}));
+  EXPECT_TRUE(rows[1].check->not_compared.empty());
+}
+
+// Past the whole layer's budget the check samples rows of layer 0 — of every tensor, the backward's
+// too — and still fails what is wrong in any of them.
+TEST(Harness, SampledCheckComparesEveryTensor) {
+  FakeDevice device;
+  Problem problem = small_problem(2);
+  problem.seq = 61;  // more rows than the sample takes
+  FakeImplementation correct("correct", Behaviour::correct), moves("moves", Behaviour::moves_dk_to_dv);
+  RunOptions options = quick();
+  options.reference_flop_budget = reference_layer_flop(problem, 1) / 2;  // not one whole head
+  const std::vector<Row> rows = run(device, problem, {&correct, &moves}, options);
+  ASSERT_TRUE(rows[0].check.has_value()) << rows[0].not_checked;
+  EXPECT_EQ(rows[0].check->reference.rfind("float64 (", 0), 0u) << rows[0].check->reference;
+  EXPECT_TRUE(rows[0].check->passed()) << rows[0].check->max_rel_err;
+  EXPECT_EQ(rows[0].check->tensors.size(), 4u);
+  EXPECT_EQ(rows[1].status, Status::failed);
+  EXPECT_NE(rows[1].reason.find("dK and dV"), std::string::npos) << rows[1].reason;
+}
+
 TEST(Harness, NoReferenceMeansNotCheckedNeverPassed) {
   FakeDevice device;
   FakeImplementation wrong("wrong", Behaviour::wrong);
   RunOptions options = quick();
-  options.reference_flop_budget = 0;  // no float64 stack; L = 2 leaves no row-sampled check either
+  options.reference_flop_budget = 0;  // neither the whole layer nor its sampled rows
   const std::vector<Row> rows = run(device, small_problem(2), {&wrong}, options);
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].status, Status::ok);
   EXPECT_FALSE(rows[0].check.has_value());
-  EXPECT_NE(rows[0].not_checked.find("over the budget"), std::string::npos) << rows[0].not_checked;
-}
-
-TEST(Harness, OverBudgetOneLayerFallsBackToFloat64Rows) {
-  FakeDevice device;
-  FakeImplementation correct("correct", Behaviour::correct), wrong("wrong", Behaviour::wrong);
-  RunOptions options = quick();
-  options.reference_flop_budget = 0;
-  const std::vector<Row> rows = run(device, small_problem(1), {&correct, &wrong}, options);
-  ASSERT_TRUE(rows[0].check.has_value());
-  EXPECT_EQ(rows[0].check->reference, "float64 rows (output)");
-  EXPECT_TRUE(rows[0].check->passed());
-  EXPECT_EQ(rows[1].status, Status::failed);
+  EXPECT_NE(rows[0].not_checked.find("the budget of"), std::string::npos) << rows[0].not_checked;
 }
 
 TEST(Harness, SwitchedOffCheckSaysNothing) {
@@ -345,6 +409,40 @@ TEST(Harness, ProfileNamesImplementationsPassesAndLayers) {
                             "correct layer 1 backward"})
     EXPECT_EQ(count(layer), 7) << layer;
   EXPECT_EQ(device.ranges.size(), 1u + 1 + 5 + 1 + 4 * 7);
+}
+
+// The one timing protocol: every timed region (a pass's forward, its backward) starts on a device
+// kept busy (Device::occupy) right before its first mark, so that the host's work of queueing it is
+// hidden alike for every implementation; nothing is occupied inside a region, and the only layer
+// calls outside the regions are the untimed repeat's.
+TEST(Harness, EveryTimedRegionStartsOnABusyDevice) {
+  FakeDevice device;
+  FakeImplementation correct("correct", Behaviour::correct);
+  const Problem problem = small_problem(2);
+  run(device, problem, {&correct});
+  const std::vector<std::string>& e = device.events;
+  int64_t regions = 0, untimed_layer_calls = 0;
+  bool inside = false;
+  for (size_t i = 0; i < e.size(); ++i) {
+    if (e[i] == "mark") {
+      if (!inside) {
+        ASSERT_GT(i, 0u);
+        EXPECT_EQ(e[i - 1], "occupy") << "timed region " << regions << " starts without occupying the device";
+        ++regions;
+      }
+      inside = !inside;
+    } else if (e[i] == "layer") {
+      if (!inside) ++untimed_layer_calls;
+    } else {
+      EXPECT_EQ(e[i], "occupy");
+      EXPECT_FALSE(inside) << "occupied inside a timed region, event " << i;
+    }
+  }
+  EXPECT_FALSE(inside);
+  // The measured pass and five samples, each a forward and a backward region; then the repeat.
+  EXPECT_EQ(regions, 2 * 6);
+  EXPECT_EQ(std::count(e.begin(), e.end(), "occupy"), regions);
+  EXPECT_EQ(untimed_layer_calls, 2 * problem.layers);
 }
 
 }  // namespace

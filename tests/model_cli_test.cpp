@@ -96,7 +96,8 @@ TEST(ModelCommand, OneDeviceOfARingIsTheSingleDeviceModel) {
   }
 }
 
-// One device of four: N/4 rows, and the bytes it sends are X blocks and fp32 dK + dV sums.
+// One device of four: N/4 rows, and the bytes it sends are K and V blocks and their fp32 dK and dV
+// sums.
 TEST(ModelCommand, RingRowsCarryTheSplitAndTheBytesSent) {
   const CommandResult r = flashbench("model --backend cuda --cp 4 --causal --seq 4096 --heads 2 --head-dim 64 "
                                      "--layers 3 --dtype bf16 --format json");
@@ -107,10 +108,12 @@ TEST(ModelCommand, RingRowsCarryTheSplitAndTheBytesSent) {
     SCOPED_TRACE(row["variant"].get<std::string>());
     EXPECT_EQ(row["cp"], 4);
     EXPECT_EQ(row["local_seq"], 1024);
-    EXPECT_EQ(row["sent_bytes"]["forward_per_layer"], 3 * block * 2);  // three bf16 X blocks
-    const int64_t backward = 3 * block * 2 + 4 * block * 4 + (row["variant"] == "checkpoint" ? 3 * block * 2 : 0);
+    const int64_t forward = 3 * 2 * block * 2;  // a bf16 K and V block at each of P − 1 = 3 steps
+    EXPECT_EQ(row["sent_bytes"]["forward_per_layer"], forward);
+    // The blocks again, and the fp32 dK and dV sums P = 4 times each; checkpoint re-runs its forward.
+    const int64_t backward = forward + 4 * 2 * block * 4 + (row["variant"] == "checkpoint" ? forward : 0);
     EXPECT_EQ(row["sent_bytes"]["backward_per_layer"], backward);
-    EXPECT_EQ(row["sent_bytes"]["stack"], 3 * (3 * block * 2 + backward));
+    EXPECT_EQ(row["sent_bytes"]["stack"], 3 * (forward + backward));
     EXPECT_EQ(row["per_layer"]["output_bytes"], block * 2);
   }
   const CommandResult table = flashbench("model --cp 4 --seq 4096 --heads 2");

@@ -128,46 +128,50 @@ TEST(MemoryModel, OneLayerCountedByHand) {
   const int64_t row = 2 * 100 * 4;        // one [B,H,N] fp32 vector [bytes]
   const int64_t dP_rows = 1 * 64 * 100 * 4;  // T·Br·N floats [bytes]
 
-  // standard: forward keeps P, no workspace; backward peaks with X0, dO, P, dQ, dK, dV and dP rows
-  // (X_1 freed first).
+  const int64_t inputs = 4 * X;            // Q, K, V and dO of the layer
+  // standard: forward keeps P, no workspace; backward peaks with the inputs, the output O (alive
+  // until the layer's backward), P, dQ, dK, dV and dP rows.
   ModelledMemory m = testing::cpu_model(1).stack(p, Variant::standard);
-  EXPECT_EQ(m.peak_bytes, 2 * X + NN + 3 * X + dP_rows);
+  EXPECT_EQ(m.peak_bytes, inputs + X + NN + 3 * X + dP_rows);
   EXPECT_EQ(m.peak_phase, Phase::bwd);
   EXPECT_EQ(m.kept_bytes, NN);
-  EXPECT_EQ(m.by_tag[Tag::activation], 0);
+  EXPECT_EQ(m.by_tag[Tag::input], inputs);
+  EXPECT_EQ(m.by_tag[Tag::activation], X);
   EXPECT_EQ(m.by_tag[Tag::grad], 3 * X);
 
   // v2: O (kept) and LSE; backward workspace D [BH,N] plus, per thread, two 64×128 tiles (P, dS)
   // and the column block's K and V transposed, two d×128 panels.
   m = testing::cpu_model(1).stack(p, Variant::v2);
   EXPECT_EQ(m.kept_bytes, X + row);
-  EXPECT_EQ(m.peak_bytes, 2 * X + X + row + 3 * X + row + (2 * 64 * 128 + 2 * 16 * 128) * 4);
+  EXPECT_EQ(m.peak_bytes, inputs + X + row + 3 * X + row + (2 * 64 * 128 + 2 * 16 * 128) * 4);
   EXPECT_EQ(m.by_tag[Tag::kept], X + row);
+  EXPECT_EQ(m.by_tag[Tag::activation], 0);  // v2's O is kept, not an activation
 
   // checkpoint: keeps nothing; its backward recomputes P and O into the workspace.
   m = testing::cpu_model(1).stack(p, Variant::checkpoint);
   EXPECT_EQ(m.kept_bytes, 0);
-  EXPECT_EQ(m.peak_bytes, 2 * X + 3 * X + NN + X + dP_rows);
+  EXPECT_EQ(m.peak_bytes, inputs + X + 3 * X + NN + X + dP_rows);
 }
 
-// L = 3: kept state grows with L; the backward of the last layer carries dO (an input), the
-// others an extra grad buffer dX_{i+1}.
+// L = 3: inputs and kept state grow with L. The last layer's backward is the peak: every layer's Q,
+// K, V, dO and output O are alive, with 3 P's and one layer's dQ, dK, dV; each earlier backward
+// holds one O and one P fewer (layer i+1's gradients are freed before layer i's are made).
 TEST(MemoryModel, StackOfThreeLayers) {
   const Problem p = make_problem(1, 1, 50, 8, 3, false);
   const int64_t X = 50 * 8 * 4, NN = 50 * 50 * 4, dP_rows = 64 * 50 * 4;
   const ModelledMemory m = testing::cpu_model(1).stack(p, Variant::standard);
-  // Layer 2's backward: X_1, X_2 alive, 3 P's, dQ dK dV.
-  const int64_t last_layer = 2 * X + 2 * X + 3 * NN + 3 * X + dP_rows;
-  // Layer 1's: X_1, 2 P's, dX_2 plus dQ dK dV — smaller by NN + X − X.
+  const int64_t last_layer = 3 * 4 * X + 3 * X + 3 * NN + 3 * X + dP_rows;
   EXPECT_EQ(m.peak_bytes, last_layer);
   EXPECT_EQ(m.kept_bytes, 3 * NN);
-  EXPECT_EQ(m.by_tag[Tag::activation], 2 * X);
+  EXPECT_EQ(m.by_tag[Tag::input], 3 * 4 * X);
+  EXPECT_EQ(m.by_tag[Tag::activation], 3 * X);
   EXPECT_EQ(m.by_tag[Tag::kept], 3 * NN);
+  EXPECT_EQ(m.by_tag[Tag::grad], 3 * X);
 }
 
 // 16-bit storage halves inputs, activations and the N×N tensors, not fp32 gradients, row stats
-// or workspace; with checkpoint (nothing kept) the peak then moves to the second-to-last layer,
-// which holds one more fp32 gradient.
+// or workspace; with checkpoint (nothing kept) the last layer's backward is the peak, with every
+// layer's output and one layer's three fp32 gradients.
 TEST(MemoryModel, SixteenBitStorage) {
   Problem p = make_problem(1, 2, 64, 16, 3, false);
   const ModelledMemory fp32 = testing::cpu_model(1).stack(p, Variant::v1);
@@ -176,13 +180,13 @@ TEST(MemoryModel, SixteenBitStorage) {
   const int64_t S32 = 2 * 64 * 64 * 4, stats = 2 * (2 * 64 * 4);
   EXPECT_EQ(fp32.kept_bytes, 3 * (S32 + stats));
   EXPECT_EQ(fp16.kept_bytes, 3 * (S32 / 2 + stats));
-  EXPECT_EQ(fp16.by_tag[Tag::input], 2 * (2 * 64 * 16 * 2));
+  EXPECT_EQ(fp16.by_tag[Tag::input], 3 * 4 * (2 * 64 * 16 * 2));  // Q, K, V, dO of 3 layers
 
   const int64_t X16 = 2 * 64 * 16 * 2, G = 2 * 64 * 16 * 4;
   const ModelledMemory checkpoint = testing::cpu_model(1).stack(p, Variant::checkpoint);
   EXPECT_EQ(checkpoint.peak_phase, Phase::bwd);
-  EXPECT_EQ(checkpoint.by_tag[Tag::grad], 4 * G);
-  EXPECT_EQ(checkpoint.by_tag[Tag::activation], 1 * X16);
+  EXPECT_EQ(checkpoint.by_tag[Tag::grad], 3 * G);
+  EXPECT_EQ(checkpoint.by_tag[Tag::activation], 3 * X16);
 }
 
 TEST(MemoryModel, InstantForAMillionTokens) {

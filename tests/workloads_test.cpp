@@ -159,23 +159,11 @@ TEST(UnequalLengthsAndGqa, BottomRightMaskIsTheLastRowsOfTheSquareMask) {
   for (int64_t e = 0; e < N * d; ++e) EXPECT_NEAR(tail.O[e], full.O[(Nk - N) * d + e], 1e-12);
 }
 
-// ---- the stack attending to a context ----
+// ---- whole layers through the harness: GQA and N_k ≠ N ----
 
-struct StackOutput {
-  std::vector<float> output, input_grad, context_grad;
-};
-
-StackOutput run_stack(const std::string& implementation, const Problem& p, const std::vector<float>& X0,
-                      const std::vector<float>& dO, const std::vector<float>& C) {
+TEST(UnequalLengthsAndGqa, NativeAndRepeatedMatchFloat64ThroughTheHarness) {
   const DeviceEntry& entry = registry().device("cpu");
   std::unique_ptr<Device> device = entry.open({});
-  auto implementations = select_implementations(entry, {implementation});
-  Runner runner(*device, RunOptions{});
-  const Runner::Pass pass = runner.run_once(p, *implementations.front(), X0, dO, C);
-  return {pass.output, pass.input_grad, pass.context_grad};
-}
-
-TEST(ContextStack, NativeAndRepeatedMatchFloat64) {
   for (const auto& [G, N, Nk] : {std::tuple{1, 29, 41}, std::tuple{2, 41, 29}, std::tuple{4, 33, 33}})
     for (bool causal : {false, true}) {
       Problem p;
@@ -185,32 +173,31 @@ TEST(ContextStack, NativeAndRepeatedMatchFloat64) {
       p.seq = N;
       p.seq_kv = Nk;
       p.head_dim = 16;
-      p.layers = 3;
       p.causal = causal;
-      if (p.self_attention()) p.seq_kv = Nk + 1;  // G = H and N = N_k would be self-attention
-      const auto X0 = testing::random_normal(p.q_elements(), 91), dO = testing::random_normal(p.q_elements(), 92),
-                 C = testing::random_normal(p.kv_elements(), 93);
-      std::vector<int64_t> context_of;
-      for (int64_t h = 0; h < p.heads_total(); ++h) context_of.push_back(h / p.group_size());
-      const CrossStackReference want =
-          reference_cross_stack({p.heads_total(), p.seq, p.head_dim, causal, p.key_seq()}, p.layers,
-                                testing::to_double(X0), testing::to_double(dO), testing::to_double(C), context_of);
+      const auto Q = testing::random_normal(p.q_elements(), 91), K = testing::random_normal(p.kv_elements(), 92),
+                 V = testing::random_normal(p.kv_elements(), 93), dO = testing::random_normal(p.q_elements(), 94);
+      const LayerReference want =
+          reference_layer({p.heads_total(), p.seq, p.head_dim, causal, p.key_seq(), p.group_size()},
+                          testing::to_double(Q), testing::to_double(K), testing::to_double(V), testing::to_double(dO));
       for (bool expand : {false, true})
         for (Variant variant : kAllVariants) {
           Problem q = p;
           q.expand_kv = expand;
-          const StackOutput got = run_stack(std::string(to_string(variant)), q, X0, dO, C);
+          auto implementations = select_implementations(entry, {std::string(to_string(variant))});
+          const Runner::Pass got = Runner(*device, RunOptions{}).run_once(q, *implementations.front(), {Q, K, V, dO});
           const std::string where = std::string(to_string(variant)) + " " + q.describe();
-          EXPECT_LE(testing::normwise_error(got.output, want.output), 1e-5) << where;
-          EXPECT_LE(testing::normwise_error(got.input_grad, want.input_grad), 1e-5) << where;
-          EXPECT_LE(testing::normwise_error(got.context_grad, want.context_grad), 1e-5) << where;
+          ASSERT_EQ(got.dK.size(), size_t(p.kv_elements())) << where;
+          EXPECT_LE(testing::normwise_error(got.O, want.O), 1e-5) << where;
+          EXPECT_LE(testing::normwise_error(got.dQ, want.dQ), 1e-5) << where;
+          EXPECT_LE(testing::normwise_error(got.dK, want.dK), 1e-5) << where;
+          EXPECT_LE(testing::normwise_error(got.dV, want.dV), 1e-5) << where;
         }
     }
 }
 
-// Through the runner: every row checked against the float64 reference (dC of the first group
-// included) and passing.
-TEST(ContextStack, RunnerChecksEveryRow) {
+// Through the runner: every row checked against the float64 reference, O, dQ, dK, dV apart, and
+// passing.
+TEST(UnequalLengthsAndGqa, RunnerChecksEveryTensorOfEveryRow) {
   Problem p;
   p.batch = 1;
   p.heads = 4;
@@ -234,9 +221,11 @@ TEST(ContextStack, RunnerChecksEveryRow) {
       ASSERT_TRUE(row.check.has_value()) << row.impl;
       EXPECT_TRUE(row.check->passed()) << row.impl << " " << row.check->max_rel_err;
       EXPECT_GT(row.check->max_rel_err, 0.0) << row.impl;
-      // X_L, dX_0 and the context's dC each compared, the row's error the largest of them.
-      ASSERT_EQ(row.check->tensors.size(), 3u) << row.impl;
-      EXPECT_EQ(row.check->tensors[2].name, "context_grad") << row.impl;
+      // O, dQ, dK and dV each compared, the row's error the largest of them.
+      ASSERT_EQ(row.check->tensors.size(), 4u) << row.impl;
+      EXPECT_EQ(row.check->tensors[2].name, "dK") << row.impl;
+      EXPECT_EQ(row.check->tensors[3].name, "dV") << row.impl;
+      EXPECT_TRUE(row.check->not_compared.empty()) << row.impl << ": " << row.check->not_compared;
       double largest = 0;
       for (const CheckedTensor& tensor : row.check->tensors) {
         EXPECT_TRUE(tensor.naive_rel_err.has_value()) << row.impl << " " << tensor.name;

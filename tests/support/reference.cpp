@@ -19,9 +19,18 @@ std::vector<double> reference_output(const Shape& s, const std::vector<double>& 
   return reference_layer(s, Q, K, V, std::vector<double>(Q.size(), 0.0)).O;
 }
 
-StackGrads reference_stack(const Shape& s, int64_t L, const std::vector<double>& X0, const std::vector<double>& dO) {
-  StackReference r = flashbench::reference_stack({s.BH, s.N, s.d, s.causal}, L, X0, dO);
-  return {std::move(r.output), std::move(r.input_grad)};
+StackGrads reference_stack(const Shape& s, const std::vector<LayerData>& layers) {
+  StackGrads result;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    LayerGrads layer = reference_layer(s, layers[i].Q, layers[i].K, layers[i].V, layers[i].dO);
+    result.outputs.push_back(std::move(layer.O));
+    if (i == 0) {
+      result.dQ = std::move(layer.dQ);
+      result.dK = std::move(layer.dK);
+      result.dV = std::move(layer.dV);
+    }
+  }
+  return result;
 }
 
 double normwise_error(const std::vector<float>& x, const std::vector<double>& ref) {

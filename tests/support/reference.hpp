@@ -20,11 +20,17 @@ struct LayerGrads {
 LayerGrads reference_layer(const Shape& s, const std::vector<double>& Q, const std::vector<double>& K,
                            const std::vector<double>& V, const std::vector<double>& dO);
 
-// Stack of L layers with Q = K = V = X_i; returns X_L and dX_0 for upstream gradient dO.
-struct StackGrads {
-  std::vector<double> output, input_grad;
+// One layer's inputs of a stack: Q, K, V and the gradient dO of its output, each [BH, N, d].
+struct LayerData {
+  std::vector<double> Q, K, V, dO;
 };
-StackGrads reference_stack(const Shape& s, int64_t L, const std::vector<double>& X0, const std::vector<double>& dO);
+// The stack's layers are independent (harness/stack.hpp): each layer's output O_i, and layer 0's
+// gradients (the ones the stack returns).
+struct StackGrads {
+  std::vector<std::vector<double>> outputs;
+  std::vector<double> dQ, dK, dV;
+};
+StackGrads reference_stack(const Shape& s, const std::vector<LayerData>& layers);
 
 // Only the forward output, for finite differences.
 std::vector<double> reference_output(const Shape& s, const std::vector<double>& Q, const std::vector<double>& K,
