@@ -34,6 +34,12 @@ masks=${MASKS:-"false true"}
 extra_head_dims=${EXTRA_HEAD_DIMS:-}
 extra_seqs=${EXTRA_SEQS:-8192}
 max_time=${MAX_TIME:-3}
+# One stopping rule for flashbench's rows and the peers' (timing.py follows flashbench's rule).
+sampling=(--warmup 2 --min-samples 5 --max-time "$max_time")
+case "$masks" in  # torch_sdpa.py takes both masks as "both"
+  "false true" | "true false") peer_mask=both ;;
+  *) peer_mask=$masks ;;
+esac
 mkdir -p "$out/rows"
 
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
@@ -58,7 +64,7 @@ run_rows() {
   shift 2
   local batch=$(( tokens / n > 0 ? tokens / n : 1 ))
   "$flashbench" run --backend cuda "${selection[@]}" --dtype "$dtype" --seq "$n" --batch "$batch" \
-    --heads "$heads" --head-dim "$head_dim" --mask "$causal" --warmup 2 --min-samples 5 --max-time "$max_time" \
+    --heads "$heads" --head-dim "$head_dim" --mask "$causal" "${sampling[@]}" \
     --format jsonl --out "$out/rows/$prefix-d$head_dim-n$n-causal-$causal.jsonl" "$@" ||
     echo "$prefix run d=$head_dim N=$n causal=$causal exited $?"
 }
@@ -76,8 +82,7 @@ sweep_head_dim() {
     echo "== peers: torch SDPA, d = $head_dim"
     python3 "$root/scripts/peers/torch_sdpa.py" --out "$out/rows/peers-torch-sdpa-d$head_dim.json" \
       --seq "${seqs_here// /,}" --tokens "$tokens" --heads "$heads" --head-dim "$head_dim" --dtype "$dtype" \
-      --max-time "$max_time" --backends "$peer_backends" \
-      --mask "$( [ "$masks" = "false true" ] && echo both || echo "$masks" )" | tee -a "$out/peers.log" || true
+      "${sampling[@]}" --backends "$peer_backends" --mask "$peer_mask" | tee -a "$out/peers.log" || true
   fi
 }
 for head_dim in $head_dims; do sweep_head_dim "$head_dim" "$seqs" "${COLD_SEQS:-}"; done
