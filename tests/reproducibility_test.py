@@ -39,11 +39,12 @@ def main():
         check(r["results_hash"] != o["results_hash"], f"{impl}: --seed 6, other results")
         check(row["hazards"] == [], f"{impl}: no hazard at scale 1")
 
-    # fp16 with X_0 times 200 (d = 8): logits near 200² · sqrt(8) ≈ 1.1e5, past 65504.
+    # fp16 with Q, K, V times 200 (d = 8): rows of norm ≈ 200 · sqrt(8), so the logits' bound from the
+    # inputs' norms, scale · max|q_i| · max|k_j|, is past 65504 (they may reach it).
     overflow = rows(binary, "--dtype", "fp16", "--input-scale", "200", "--seed", "5")
     for impl, row in overflow.items():
         hazards = row["hazards"]
-        check(len(hazards) == 1 and hazards[0].startswith("fp16 overflow: the logits reach |S| = "),
+        check(len(hazards) == 1 and hazards[0].startswith("fp16 overflow: the logits may reach |S| = "),
               f"fp16 x200 {impl}: the hazard is named ({hazards})")
         check(hazards[0] in row["warnings"] if hazards else False, f"fp16 x200 {impl}: and is a warning")
         check(row["reproducibility"]["input_scale"] == 200, f"fp16 x200 {impl}: the scale is recorded")

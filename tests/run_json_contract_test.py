@@ -59,9 +59,10 @@ def main():
             c = row["check"]
             check(c["passed"] and c["max_rel_err"] <= c["tolerance"], f"{name}: max_rel_err {c['max_rel_err']:.1e}")
             check(c.get("naive_rel_err", 0) > 0, f"{name}: the naive error the bar is made of")
-            # Each compared tensor apart (X_L and dX_0 for the whole stack), the largest of them the row's.
+            # Each compared tensor of layer 0 apart, the largest of them the row's; nothing left out.
             tensors = c.get("tensors", {})
-            check(list(tensors) == ["output", "input_grad"], f"{name}: check.tensors names X_L and dX_0")
+            check(list(tensors) == ["O", "dQ", "dK", "dV"], f"{name}: check.tensors names O, dQ, dK and dV")
+            check(c.get("not_compared", "") == "", f"{name}: every tensor compared")
             check(max(t["rel_err"] for t in tensors.values()) == c["max_rel_err"], f"{name}: max_rel_err is the largest")
             check(max(t["naive_rel_err"] for t in tensors.values()) == c["naive_rel_err"],
                   f"{name}: naive_rel_err is the largest")
