@@ -4,12 +4,12 @@
 // call, allocation and free is on the device's one stream, so a workspace freed when a function
 // returns is reused only after the kernels that read it.
 //
-// Q = X; K = V = X for self-attention, the context C otherwise (implementation.hpp). GQA runs
-// natively through cuBLAS by stacking: the r query heads that share a K/V head are one matrix of r·N
-// rows, so S = Q·Kᵀ is one product per K/V head and dV = Pᵀ·dO, dK = dSᵀ·Q sum over the group in
-// their inner dimension (r·N) — no reduction pass, no repeated K/V. Under expand_kv K and V are
-// repeated to H heads first (kept as Kx, Vx where the variant keeps its inputs) and the kernels
-// see G = H.
+// Q [B,H,N,d], K and V [B,G,N_k,d] are independent inputs (implementation.hpp); backward writes dQ,
+// dK and dV. GQA runs natively through cuBLAS by stacking: the r query heads that share a K/V head
+// are one matrix of r·N rows, so S = Q·Kᵀ is one product per K/V head and dV = Pᵀ·dO, dK = dSᵀ·Q sum
+// over the group in their inner dimension (r·N) — no reduction pass, no repeated K/V. Under
+// expand_kv K and V are repeated to H heads first (kept as Kx, Vx where the variant keeps its
+// inputs), the kernels see G = H, and the gradients of the repeated heads are summed per group.
 #include <fmt/format.h>
 
 #include "attention.hpp"
@@ -112,13 +112,12 @@ void output_gemm(const Launch& launch, const void* probs, const void* V, void* O
   batched_gemm(launch, Op::none, Op::none, rN, d, Nk, 1.0f, probs, Nk, rN * Nk, V, d, Nk * d, 0.0f, O, d, rN * d);
 }
 
-// Where backward puts the gradients: dQ [BH,N,d] and dK + dV [BG,N_k,d], both in the storage dtype,
-// written (beta 0) or added to (beta 1). For self-attention the three go to the one dX.
+// Where backward writes the gradients (beta 0): dQ [BH,N,d] and dK, dV of the K/V heads the kernels
+// see, all in the storage dtype.
 struct GradientTargets {
   void* dQ;
-  void* dKV;
-  float dq_beta;   // 0: dQ is written; dK and dV are then added (self-attention: dQ = dKV)
-  float dkv_beta;  // 0 or 1 for the first of dV and dK; the second is always added
+  void* dK;
+  void* dV;
 };
 
 // Backward of O = P̃ V, P = softmax(S), S = scale·Q Kᵀ, from the probabilities (and, with dropout,
@@ -131,20 +130,17 @@ void backward_from_probs(const Launch& launch, Operands in, const void* probs, c
   const LayerShape& s = launch.shape;
   const auto [rN, Nk, d] = Extents::of(launch);
   const void* weights = s.dropout.active() ? dropped : probs;
-  const bool self = out.dQ == out.dKV;
-  // Self-attention: dV first into dX (beta 0), then dQ and dK added; otherwise dQ and dV each start
-  // their own target.
-  batched_gemm(launch, Op::transpose, Op::none, Nk, d, rN, 1.0f, weights, Nk, rN * Nk, dO, d, rN * d,
-               self ? 0.0f : out.dkv_beta, out.dKV, d, Nk * d);
+  batched_gemm(launch, Op::transpose, Op::none, Nk, d, rN, 1.0f, weights, Nk, rN * Nk, dO, d, rN * d, 0.0f, out.dV,
+               d, Nk * d);
   RawBuffer dprobs(launch.space, Tag::workspace, launch.score_bytes());
   batched_gemm(launch, Op::none, Op::transpose, rN, Nk, d, 1.0f, dO, d, rN * d, in.V, d, Nk * d, 0.0f, dprobs.data(),
                Nk, rN * Nk);
   if (s.dropout.active()) dropout_backward(s, mask, dprobs.data(), launch.stream);
   softmax_backward_rows(s, probs, dprobs.data(), launch.stream);
-  batched_gemm(launch, Op::none, Op::none, rN, d, Nk, s.scale, dprobs.data(), Nk, rN * Nk, in.K, d, Nk * d,
-               self ? 1.0f : out.dq_beta, out.dQ, d, rN * d);
-  batched_gemm(launch, Op::transpose, Op::none, Nk, d, rN, s.scale, dprobs.data(), Nk, rN * Nk, in.Q, d, rN * d, 1.0f,
-               out.dKV, d, Nk * d);
+  batched_gemm(launch, Op::none, Op::none, rN, d, Nk, s.scale, dprobs.data(), Nk, rN * Nk, in.K, d, Nk * d, 0.0f,
+               out.dQ, d, rN * d);
+  batched_gemm(launch, Op::transpose, Op::none, Nk, d, rN, s.scale, dprobs.data(), Nk, rN * Nk, in.Q, d, rN * d, 0.0f,
+               out.dK, d, Nk * d);
 }
 
 // P = softmax(scale · Q Kᵀ) [BH, N, N_k] into `probs`, in place of S.
@@ -165,16 +161,17 @@ bool keeps_repeated_kv(Variant variant, const Problem& problem) {
   return false;
 }
 
-// K and V as the kernels read them: X (self-attention), C, or C repeated to H heads — into the
-// kept Kx and Vx (filled in forward), or, for a variant that keeps nothing (checkpoint), into
-// workspace in each pass.
+// K and V as the kernels read them: the layer's own, or repeated to H heads — into the kept Kx and
+// Vx (filled in forward), or, for a variant that keeps nothing (checkpoint), into workspace in each
+// pass.
 class KeyValues {
  public:
-  KeyValues(const LayerCall& call, const Launch& launch, Variant variant, const void* X, KeptTensors& kept,
+  KeyValues(const LayerCall& call, const Launch& launch, Variant variant, const LayerInputs& in, KeptTensors& kept,
             bool fill_kept) {
     const Problem& p = call.problem;
-    if (!call.context || !p.repeats_kv()) {
-      K_ = V_ = call.context ? call.context : X;
+    if (!p.repeats_kv()) {
+      K_ = in.K;
+      V_ = in.V;
       return;
     }
     const int64_t per_head = p.key_seq() * p.head_dim, groups = p.batch * p.key_heads();
@@ -191,8 +188,8 @@ class KeyValues {
       V = repeated_.data() + bytes;
     }
     if (!kept_repeated || fill_kept) {
-      repeat_heads(p.dtype, call.context, K, groups, p.group_size(), per_head, launch.stream);
-      repeat_heads(p.dtype, call.context, V, groups, p.group_size(), per_head, launch.stream);
+      repeat_heads(p.dtype, in.K, K, groups, p.group_size(), per_head, launch.stream);
+      repeat_heads(p.dtype, in.V, V, groups, p.group_size(), per_head, launch.stream);
     }
     K_ = K;
     V_ = V;
@@ -212,10 +209,10 @@ std::optional<std::string> CudaAttention::unsupported(const Problem& problem) co
   return flash_unsupported(LayerShape::of(problem), flash_kernels(kernels_));
 }
 
-void CudaAttention::forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) {
+void CudaAttention::forward(LayerCall& call, const LayerInputs& inputs, void* O, KeptTensors& kept) {
   const Launch launch = Launch::of(call);
-  const KeyValues key_values(call, launch, variant_, X, kept, /*fill_kept=*/true);
-  const Operands in = key_values.operands(X);
+  const KeyValues key_values(call, launch, variant_, inputs, kept, /*fill_kept=*/true);
+  const Operands in = key_values.operands(inputs.Q);
   const LayerShape& shape = launch.shape;
   const bool dropout = shape.dropout.active();
   switch (variant_) {
@@ -250,59 +247,56 @@ void CudaAttention::forward(LayerCall& call, const void* X, void* O, KeptTensors
   }
 }
 
-void CudaAttention::backward(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept, void* dX) {
+void CudaAttention::backward(LayerCall& call, const LayerInputs& inputs, const void* O, const void* dO,
+                             KeptTensors& kept, const LayerGradients& gradients) {
   const Launch launch = Launch::of(call);
   const LayerShape& shape = launch.shape;
   const Problem& p = call.problem;
-  // This device's gradients are in the storage dtype (gradient_dtype), like dO itself.
-  if (dO.dtype != shape.dtype)
-    throw RuntimeFailure(fmt::format("internal error: a {} gradient for a {} layer on CUDA", to_string(dO.dtype),
-                                     to_string(shape.dtype)));
-  const KeyValues key_values(call, launch, variant_, X, kept, /*fill_kept=*/false);
-  const Operands in = key_values.operands(X);
+  const KeyValues key_values(call, launch, variant_, inputs, kept, /*fill_kept=*/false);
+  const Operands in = key_values.operands(inputs.Q);
   const bool dropout = shape.dropout.active();
   const int64_t per_kv_head = p.key_seq() * p.head_dim, kv_groups = p.batch * p.key_heads();
-  const float dc_beta = call.first_context_grad ? 0.0f : 1.0f;
+  // Under expand_kv the kernels' K/V heads are H: their gradients are summed per group of r into
+  // the layer's G heads.
+  const int64_t repeats = p.repeats_kv() ? p.group_size() : 1;
 
   if (variant_ == Variant::v2) {
+    const int64_t kv_accumulator_bytes = launch.kv_elements() * int64_t(sizeof(float));
     RawBuffer row_dot(launch.space, Tag::workspace, launch.row_bytes());
     RawBuffer dq_accumulator(launch.space, Tag::workspace, launch.q_elements() * int64_t(sizeof(float)));
-    RawBuffer dkv_accumulator;  // self-attention: dK + dV go to dQ's accumulator (dX = dQ + dK + dV)
-    if (call.context)
-      dkv_accumulator = RawBuffer(launch.space, Tag::workspace, launch.kv_elements() * int64_t(sizeof(float)));
-    float* dkv = call.context ? dkv_accumulator.as<float>() : dq_accumulator.as<float>();
-    flash_backward(shape, in.Q, in.K, in.V, O, dO.data, kept.get<float>("LSE"), row_dot.as<float>(),
-                   dq_accumulator.as<float>(), dkv, flash_kernels(kernels_), launch.stream);
-    store_from_float(shape.dtype, dq_accumulator.as<float>(), dX, launch.q_elements(), launch.stream);
-    if (call.context)  // the kernels' K/V heads (H under expand_kv) gathered into C's G heads
-      sum_head_groups(shape.dtype, dkv, /*src_is_float=*/true, call.context_grad, kv_groups,
-                      p.repeats_kv() ? p.group_size() : 1, per_kv_head, dc_beta != 0.0f, launch.stream);
+    RawBuffer dk_accumulator(launch.space, Tag::workspace, kv_accumulator_bytes);
+    RawBuffer dv_accumulator(launch.space, Tag::workspace, kv_accumulator_bytes);
+    flash_backward(shape, in.Q, in.K, in.V, O, dO, kept.get<float>("LSE"), row_dot.as<float>(),
+                   dq_accumulator.as<float>(), dk_accumulator.as<float>(), dv_accumulator.as<float>(),
+                   flash_kernels(kernels_), launch.stream);
+    store_from_float(shape.dtype, dq_accumulator.as<float>(), gradients.dQ, launch.q_elements(), launch.stream);
+    for (const auto& [accumulator, target] : {std::pair{&dk_accumulator, gradients.dK}, {&dv_accumulator, gradients.dV}})
+      sum_head_groups(shape.dtype, accumulator->data(), /*src_is_float=*/true, target, kv_groups, repeats, per_kv_head,
+                      /*accumulate=*/false, launch.stream);
     return;
   }
 
-  // The materialising variants write dQ into dX and dK + dV into dX (self-attention), into dC
-  // (native GQA: the stacked products already sum the group), or into [B,H,N_k,d] first (naive GQA),
-  // summed per group afterwards.
-  RawBuffer repeated_grads;
-  GradientTargets out{dX, dX, 0.0f, 0.0f};
-  if (call.context) {
-    if (p.repeats_kv()) {
-      repeated_grads = RawBuffer(launch.space, Tag::grad, p.expanded_kv_elements() * element_bytes(shape.dtype));
-      out = {dX, repeated_grads.data(), 0.0f, 0.0f};
-    } else {
-      out = {dX, call.context_grad, 0.0f, dc_beta};
-    }
+  // The materialising variants write dQ, dK and dV into the stack's buffers (native GQA: the stacked
+  // products already sum the group), or under naive GQA dK and dV into [B,H,N_k,d] first, summed per
+  // group afterwards.
+  RawBuffer repeated_dK, repeated_dV;
+  GradientTargets out{gradients.dQ, gradients.dK, gradients.dV};
+  if (p.repeats_kv()) {
+    const int64_t bytes = p.expanded_kv_elements() * element_bytes(shape.dtype);
+    repeated_dK = RawBuffer(launch.space, Tag::grad, bytes);
+    repeated_dV = RawBuffer(launch.space, Tag::grad, bytes);
+    out = {gradients.dQ, repeated_dK.data(), repeated_dV.data()};
   }
   const unsigned char* mask = dropout && variant_ != Variant::checkpoint ? kept.get<unsigned char>("mask") : nullptr;
   switch (variant_) {
     case Variant::standard:
-      backward_from_probs(launch, in, kept["P"], dropout ? kept["Pd"] : nullptr, mask, dO.data, out);
+      backward_from_probs(launch, in, kept["P"], dropout ? kept["Pd"] : nullptr, mask, dO, out);
       break;
     case Variant::v1: {
       // P = exp(S − m)/l over the kept S, in place: S is not needed afterwards.
       void* S = kept["S"];
       probs_from_scores(shape, S, kept.get<float>("m"), kept.get<float>("l"), S, launch.stream);
-      backward_from_probs(launch, in, S, dropout ? kept["Pd"] : nullptr, mask, dO.data, out);
+      backward_from_probs(launch, in, S, dropout ? kept["Pd"] : nullptr, mask, dO, out);
       break;
     }
     case Variant::checkpoint: {
@@ -315,14 +309,15 @@ void CudaAttention::backward(LayerCall& call, const void* X, const void* O, Grad
         dropped = RawBuffer(launch.space, Tag::workspace, launch.score_bytes());
         dropout_forward(shape, probs.data(), dropped.data(), nullptr, launch.stream);
       }
-      backward_from_probs(launch, in, probs.data(), dropped.data(), nullptr, dO.data, out);
+      backward_from_probs(launch, in, probs.data(), dropped.data(), nullptr, dO, out);
       break;
     }
     case Variant::v2: break;  // above
   }
-  if (call.context && p.repeats_kv())
-    sum_head_groups(shape.dtype, repeated_grads.data(), /*src_is_float=*/false, call.context_grad, kv_groups,
-                    p.group_size(), per_kv_head, dc_beta != 0.0f, launch.stream);
+  if (p.repeats_kv())
+    for (const auto& [repeated, target] : {std::pair{&repeated_dK, gradients.dK}, {&repeated_dV, gradients.dV}})
+      sum_head_groups(shape.dtype, repeated->data(), /*src_is_float=*/false, target, kv_groups, p.group_size(),
+                      per_kv_head, /*accumulate=*/false, launch.stream);
 }
 
 }  // namespace flashbench::cuda

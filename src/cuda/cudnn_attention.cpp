@@ -16,7 +16,6 @@
 #include "device.hpp"
 #include "flashbench/cuda/device.hpp"
 #include "flashbench/errors.hpp"
-#include "gradient_sum.hpp"
 
 namespace flashbench::cuda {
 
@@ -142,6 +141,11 @@ CudnnAttention::~CudnnAttention() = default;
 std::optional<std::string> CudnnAttention::unsupported(const Problem& problem) const {
   if (problem.dtype == Dtype::fp32)
     return std::string("cuDNN's fused attention takes bf16 or fp16, not fp32");
+  // The graphs here are built for one K/V head per query head, N_k = N and no dropout (their plans are
+  // keyed by B, H, N, d, the mask and the dtype alone).
+  if (problem.group_size() != 1 || problem.key_seq() != problem.seq)
+    return std::string("flashbench's cuDNN graphs run G = H and N_k = N only");
+  if (problem.dropout > 0) return std::string("flashbench's cuDNN graphs run without dropout");
   if (problem.head_dim % kHeadDimMultiple != 0)
     return fmt::format("cuDNN's fused attention needs head_dim a multiple of {}, not {}", kHeadDimMultiple,
                        problem.head_dim);
@@ -165,7 +169,7 @@ std::optional<CudnnAttention::PlanWorkspace> CudnnAttention::plan_workspace(cons
   return PlanWorkspace{found->second.forward.plan->workspace_bytes(), found->second.backward.plan->workspace_bytes()};
 }
 
-void CudnnAttention::forward(LayerCall& call, const void* X, void* O, KeptTensors& kept) {
+void CudnnAttention::forward(LayerCall& call, const LayerInputs& in, void* O, KeptTensors& kept) {
   CudaDevice& device = cuda_device_of(call);
   const Plans& plans = state_->ready_plans(call.problem, device.stream());
   const AttentionPlan& plan = *plans.forward.plan;
@@ -173,27 +177,22 @@ void CudnnAttention::forward(LayerCall& call, const void* X, void* O, KeptTensor
   if (plan.workspace_bytes() > 0) workspace = RawBuffer(call.space, Tag::workspace, plan.workspace_bytes());
   float scale = call.problem.scale();
   float masked = masked_score(state_->library->version);
-  void* x = const_cast<void*>(X);
-  std::vector<std::pair<Bind, void*>> bindings = {{Bind::Q, x},        {Bind::K, x},          {Bind::V, x},
-                                                  {Bind::O, O},        {Bind::stats, kept["LSE"]},
+  std::vector<std::pair<Bind, void*>> bindings = {{Bind::Q, const_cast<void*>(in.Q)},
+                                                  {Bind::K, const_cast<void*>(in.K)},
+                                                  {Bind::V, const_cast<void*>(in.V)},
+                                                  {Bind::O, O},
+                                                  {Bind::stats, kept["LSE"]},
                                                   {Bind::scale, &scale}};
   if (call.problem.causal) bindings.emplace_back(Bind::masked, &masked);
   plan.execute(state_->handle, bindings, workspace.data());
 }
 
-void CudnnAttention::backward(LayerCall& call, const void* X, const void* O, Gradient dO, KeptTensors& kept,
-                              void* dX) {
+void CudnnAttention::backward(LayerCall& call, const LayerInputs& in, const void* O, const void* dO, KeptTensors& kept,
+                              const LayerGradients& gradients) {
   CudaDevice& device = cuda_device_of(call);
   const Problem& problem = call.problem;
-  // This device's gradients are in the storage dtype (gradient_dtype), like dO itself.
-  if (dO.dtype != problem.dtype)
-    throw RuntimeFailure(fmt::format("internal error: a {} gradient for a {} layer on CUDA", to_string(dO.dtype),
-                                     to_string(problem.dtype)));
   const Plans& plans = state_->ready_plans(problem, device.stream());
   const AttentionPlan& plan = *plans.backward.plan;
-  const int64_t qkv_bytes = problem.q_elements() * element_bytes(problem.dtype);
-  RawBuffer dK(call.space, Tag::grad, qkv_bytes);
-  RawBuffer dV(call.space, Tag::grad, qkv_bytes);
   RawBuffer row_dot(call.space, Tag::workspace, problem.row_elements() * int64_t(sizeof(float)));
   RawBuffer dQ_accum(call.space, Tag::workspace, problem.q_elements() * int64_t(sizeof(float)));
   RawBuffer workspace;
@@ -205,24 +204,22 @@ void CudnnAttention::backward(LayerCall& call, const void* X, const void* O, Gra
   float scale = problem.scale();
   float one = 1.0f;
   float masked = masked_score(state_->library->version);
-  void* x = const_cast<void*>(X);
   std::vector<std::pair<Bind, void*>> bindings = {
-      {Bind::Q, x},
-      {Bind::K, x},
-      {Bind::V, x},
+      {Bind::Q, const_cast<void*>(in.Q)},
+      {Bind::K, const_cast<void*>(in.K)},
+      {Bind::V, const_cast<void*>(in.V)},
       {Bind::O, const_cast<void*>(O)},
-      {Bind::dO, const_cast<void*>(dO.data)},
+      {Bind::dO, const_cast<void*>(dO)},
       {Bind::stats, kept["LSE"]},
-      {Bind::dQ, dX},  // dQ is written into dX, then dK and dV are added to it
-      {Bind::dK, dK.data()},
-      {Bind::dV, dV.data()},
+      {Bind::dQ, gradients.dQ},  // the graph writes the stack's gradients directly
+      {Bind::dK, gradients.dK},
+      {Bind::dV, gradients.dV},
       {Bind::row_dot, row_dot.data()},
       {Bind::dQ_accum, dQ_accum.data()},
       {Bind::scale, &scale},
       {Bind::one, &one}};
   if (problem.causal) bindings.emplace_back(Bind::masked, &masked);
   plan.execute(state_->handle, bindings, workspace.data());
-  add_gradients(problem.dtype, dX, dK.data(), dV.data(), problem.q_elements(), device.stream());
 }
 
 }  // namespace flashbench::cuda

@@ -21,9 +21,9 @@ namespace flashbench::cuda {
 
 // The ids by which a plan's caller binds its tensors (cuDNN's "unique ids").
 enum class Bind : int64_t {
-  Q = 1,        // X as the queries [B,H,N,d]
-  K,            // X as the keys, seen as Kᵀ [B,H,d,N]
-  V,            // X as the values [B,H,N,d] (forward) or seen as Vᵀ [B,H,d,N] (backward)
+  Q = 1,        // the queries [B,H,N,d]
+  K,            // the keys, seen as Kᵀ [B,H,d,N]
+  V,            // the values [B,H,N,d] (forward) or seen as Vᵀ [B,H,d,N] (backward)
   O,            // [B,H,N,d]
   stats,        // [B,H,N,1] fp32
   dO,           // [B,H,N,d]

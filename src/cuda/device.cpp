@@ -166,6 +166,8 @@ void CudaDevice::synchronize() {
 
 int64_t CudaDevice::cache_flush_bytes() const { return 2 * l2_bytes(); }
 
+void CudaDevice::occupy(double milliseconds) { spin(milliseconds, stream()); }
+
 void CudaDevice::flush_caches() {
   const size_t bytes = size_t(cache_flush_bytes());
   if (!flush_buffer_) check_cuda(cudaMalloc(&flush_buffer_, bytes), "cudaMalloc(L2 flush buffer)");

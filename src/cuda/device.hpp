@@ -30,6 +30,9 @@ class CudaDevice final : public Device {
   std::unique_ptr<PhaseTimer> timer() override;  // CUDA events on the stream
   void synchronize() override;
   void flush_caches() override;  // overwrites a buffer of twice the L2
+  // Spins a one-thread kernel on the stream: the timed region queued next starts on a busy GPU,
+  // whatever the host takes to queue it.
+  void occupy(double milliseconds) override;
   int64_t cache_flush_bytes() const override;
 
   void fill_normal(Dtype dtype, void* dst, int64_t count, uint64_t seed) override;

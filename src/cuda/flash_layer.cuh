@@ -1,6 +1,6 @@
 #pragma once
-// What the mma.sync and fp32 v2 kernels (flash_mma.cu, flash_simt.cu) need of a layer beyond square
-// self-attention (kernels.hpp): its extents as a kernel argument, and the dropout factors of its
+// What the mma.sync and fp32 v2 kernels (flash_mma.cu, flash_simt.cu) need of a layer beyond its
+// dtype and head dim (kernels.hpp): its extents as a kernel argument, and the dropout factors of its
 // Philox mask (philox.hpp) drawn without indexing a block's words by a run-time value.
 #include "flash_common.cuh"
 

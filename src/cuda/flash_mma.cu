@@ -295,8 +295,8 @@ __global__ void __launch_bounds__(128) flash_forward_kernel(const T* __restrict_
 // head and walks the query tiles of the r query heads that read it and can see those keys,
 // accumulating dK and dV in registers (so they sum over the group); dQ of each query tile is summed
 // over the block's keys in one more product (each warp: 16 queries × D/2 features) and added to
-// `dq_accumulator` [BH, N, D] with fp32 atomics, dK + dV to `dkv_accumulator` [BG, N_k, D] at the end
-// (one buffer for self-attention; both zeroed by the caller). Query tiles (Q, dO, LSE, D) are
+// `dq_accumulator` [BH, N, D] with fp32 atomics, dK and dV to `dk_accumulator` and `dv_accumulator`
+// [BG, N_k, D] at the end (three distinct buffers zeroed by the caller). Query tiles (Q, dO, LSE, D) are
 // double-buffered. kDropout: the mask of `dropout` redrawn per element, P̃ for dV and
 // dP = dP̃ ∘ Z/(1 − p) for dS.
 template <class T, int D, bool kDropout>
@@ -304,7 +304,8 @@ __global__ void __launch_bounds__(256, 1) flash_backward_kernel(const T* __restr
                                                              const T* __restrict__ V, const T* __restrict__ dO,
                                                              const float* __restrict__ lse,
                                                              const float* __restrict__ row_dot, float* dq_accumulator,
-                                                             float* dkv_accumulator, LayerExtents extents,
+                                                             float* dk_accumulator, float* dv_accumulator,
+                                                             LayerExtents extents,
                                                              float scale, float scale_log2,
                                                              philox::DropoutMask dropout) {
   using Tile = FlashTile<D>;
@@ -472,15 +473,19 @@ __global__ void __launch_bounds__(256, 1) flash_backward_kernel(const T* __restr
   }
   cp_async_wait<0>();  // a block no query sees still issued its first copies
 
-  // dK + dV of this block's keys (with self-attention other blocks may be adding dQ to the same rows).
+  // dK (scaled) and dV of this block's keys, each into its own accumulator. This block is the only
+  // one writing these rows (it walked every query head of the group), so plain stores into the zeroed
+  // buffers, a column pair at a time (8-byte aligned: D and 2t even).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (key_local[h] >= keys_left) continue;
-    float* out = dkv_accumulator + kv_offset + int64_t(k0 + key_local[h]) * D;
+    const int64_t row = kv_offset + int64_t(k0 + key_local[h]) * D;
+    float* dk_out = dk_accumulator + row;
+    float* dv_out = dv_accumulator + row;
 #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd) {
-      atomicAdd(out + 8 * nd + 2 * t, scale * dk[nd][2 * h] + dv[nd][2 * h]);
-      atomicAdd(out + 8 * nd + 2 * t + 1, scale * dk[nd][2 * h + 1] + dv[nd][2 * h + 1]);
+      *reinterpret_cast<float2*>(dk_out + 8 * nd + 2 * t) = make_float2(scale * dk[nd][2 * h], scale * dk[nd][2 * h + 1]);
+      *reinterpret_cast<float2*>(dv_out + 8 * nd + 2 * t) = make_float2(dv[nd][2 * h], dv[nd][2 * h + 1]);
     }
   }
 }
@@ -515,8 +520,8 @@ void forward_typed(const LayerShape& shape, const void* Q, const void* K, const 
 
 template <class T, int D, bool kDropout>
 void backward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                    const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
-                    cudaStream_t stream) {
+                    const float* lse, const float* row_dot, float* dq_accumulator, float* dk_accumulator,
+                    float* dv_accumulator, cudaStream_t stream) {
   using Tile = FlashTile<D>;
   const size_t shared = backward_shared_bytes<T, D>();
   check_cuda(cudaFuncSetAttribute(flash_backward_kernel<T, D, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -528,7 +533,7 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
                   static_cast<unsigned>(shape.kv_heads_total()));
   flash_backward_kernel<T, D, kDropout><<<grid, Tile::kBwdThreads, shared, stream>>>(
       static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<const T*>(dO), lse,
-      row_dot, dq_accumulator, dkv_accumulator, LayerExtents::of(shape), shape.scale, shape.scale * kLog2e,
+      row_dot, dq_accumulator, dk_accumulator, dv_accumulator, LayerExtents::of(shape), shape.scale, shape.scale * kLog2e,
       shape.dropout);
   check_launch("flash_backward_kernel");
 }
@@ -548,15 +553,16 @@ void flash_forward_mma(const LayerShape& shape, const void* Q, const void* K, co
 }
 
 void flash_backward_mma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                        const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
-                        cudaStream_t stream) {
+                        const float* lse, const float* row_dot, float* dq_accumulator, float* dk_accumulator,
+                        float* dv_accumulator, cudaStream_t stream) {
   dispatch_16bit(shape.dtype, [&](auto element) {
     dispatch_dropout(shape.dropout.active(), [&](auto dropout) {
       using T = decltype(element);
       if (shape.head_dim == 64)
-        return backward_typed<T, 64, dropout()>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator,
-                                                stream);
-      backward_typed<T, 128, dropout()>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
+        return backward_typed<T, 64, dropout()>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dk_accumulator,
+                                                dv_accumulator, stream);
+      backward_typed<T, 128, dropout()>(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dk_accumulator,
+                                        dv_accumulator, stream);
     });
   });
 }

@@ -3,7 +3,7 @@
 // query row (forward, dQ) or per key row (dK, dV), each holding every fourth column (at d = 128 a
 // thread's row vectors take 32-128 registers instead of 128-512, which spilled), tiles of 32 rows
 // in shared memory.
-// Nothing N×N is stored; dQ and dK+dV run as two kernels so that no atomics are needed.
+// Nothing N×N is stored; dQ and dK, dV run as two kernels so that no atomics are needed.
 //
 // Every workload of kernels.hpp: query head h reads K/V head h / r; the dK/dV kernel runs over the
 // BG K/V heads and walks the query rows of all r query heads of its group, so dK and dV sum over the
@@ -169,9 +169,8 @@ __global__ void __launch_bounds__(kThreads) simt_dq_kernel(const float* __restri
 }
 
 // dV_j = Σ_i P̃_ij dO_i and dK_j = scale · Σ_i dS_ij Q_i over the queries i of the r query heads
-// that read K/V head g, added to `dkv_accumulator` [BG, N_k, D] (with self-attention the same buffer
-// as dQ's: launched after simt_dq_kernel on the same stream, so plain read-modify-write is safe).
-// grid (ceil(N_k/64), BG).
+// that read K/V head g, into `dv_accumulator` and `dk_accumulator` [BG, N_k, D] (zeroed by the
+// caller; each key row has one thread quad, so no atomics). grid (ceil(N_k/64), BG).
 template <int D, bool kDropout>
 __global__ void __launch_bounds__(kThreads) simt_dkdv_kernel(const float* __restrict__ Q,
                                                                   const float* __restrict__ K,
@@ -179,7 +178,8 @@ __global__ void __launch_bounds__(kThreads) simt_dkdv_kernel(const float* __rest
                                                                   const float* __restrict__ dO,
                                                                   const float* __restrict__ lse,
                                                                   const float* __restrict__ row_dot,
-                                                                  float* __restrict__ dkv_accumulator,
+                                                                  float* __restrict__ dk_accumulator,
+                                                                  float* __restrict__ dv_accumulator,
                                                                   LayerExtents extents, float scale, float scale_log2,
                                                                   philox::DropoutMask dropout) {
   __shared__ float sQ[kTileRows][D], sdO[kTileRows][D];
@@ -237,8 +237,11 @@ __global__ void __launch_bounds__(kThreads) simt_dkdv_kernel(const float* __rest
   }
   if (key >= seq_k) return;
 #pragma unroll
-  for (int c = 0; c < kCols; ++c)
-    dkv_accumulator[kv_offset + key * D + lanes.part + kLanesPerRow * c] += scale * dk[c] + dv[c];
+  for (int c = 0; c < kCols; ++c) {
+    const int64_t k = kv_offset + key * D + lanes.part + kLanesPerRow * c;
+    dk_accumulator[k] += scale * dk[c];
+    dv_accumulator[k] += dv[c];
+  }
 }
 
 // ceil(rows/64) blocks along x, one row of them per head.
@@ -257,14 +260,14 @@ void forward_dim(const LayerShape& shape, const float* Q, const float* K, const 
 
 template <int D, bool kDropout>
 void backward_dim(const LayerShape& shape, const float* Q, const float* K, const float* V, const float* dO,
-                  const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
-                  cudaStream_t stream) {
+                  const float* lse, const float* row_dot, float* dq_accumulator, float* dk_accumulator,
+                  float* dv_accumulator, cudaStream_t stream) {
   const LayerExtents extents = LayerExtents::of(shape);
   simt_dq_kernel<D, kDropout><<<row_grid(shape.seq, shape.heads_total), kThreads, 0, stream>>>(
       Q, K, V, dO, lse, row_dot, dq_accumulator, extents, shape.scale, shape.scale * kLog2e, shape.dropout);
   check_launch("simt_dq_kernel");
   simt_dkdv_kernel<D, kDropout><<<row_grid(shape.seq_k, shape.kv_heads_total()), kThreads, 0, stream>>>(
-      Q, K, V, dO, lse, row_dot, dkv_accumulator, extents, shape.scale, shape.scale * kLog2e, shape.dropout);
+      Q, K, V, dO, lse, row_dot, dk_accumulator, dv_accumulator, extents, shape.scale, shape.scale * kLog2e, shape.dropout);
   check_launch("simt_dkdv_kernel");
 }
 
@@ -277,9 +280,10 @@ void forward_dropout(const LayerShape& shape, const float* Q, const float* K, co
 
 template <bool kDropout>
 void backward_dropout(const LayerShape& shape, const float* Q, const float* K, const float* V, const float* dO,
-                      const float* lse, const float* row_dot, float* dq, float* dkv, cudaStream_t stream) {
-  if (shape.head_dim == 64) return backward_dim<64, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
-  return backward_dim<128, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
+                      const float* lse, const float* row_dot, float* dq, float* dk, float* dv,
+                      cudaStream_t stream) {
+  if (shape.head_dim == 64) return backward_dim<64, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dk, dv, stream);
+  return backward_dim<128, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dk, dv, stream);
 }
 
 }  // namespace
@@ -295,15 +299,16 @@ void flash_forward_simt(const LayerShape& shape, const void* Q, const void* K, c
 }
 
 void flash_backward_simt(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                         const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
-                         cudaStream_t stream) {
+                         const float* lse, const float* row_dot, float* dq_accumulator, float* dk_accumulator,
+                         float* dv_accumulator, cudaStream_t stream) {
   const auto* q = static_cast<const float*>(Q);
   const auto* k = static_cast<const float*>(K);
   const auto* v = static_cast<const float*>(V);
   const auto* dout = static_cast<const float*>(dO);
   if (shape.dropout.active())
-    return backward_dropout<true>(shape, q, k, v, dout, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
-  backward_dropout<false>(shape, q, k, v, dout, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
+    return backward_dropout<true>(shape, q, k, v, dout, lse, row_dot, dq_accumulator, dk_accumulator, dv_accumulator,
+                                  stream);
+  backward_dropout<false>(shape, q, k, v, dout, lse, row_dot, dq_accumulator, dk_accumulator, dv_accumulator, stream);
 }
 
 }  // namespace flashbench::cuda

@@ -808,9 +808,9 @@ struct BackwardPlan {
 // grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
 // heads that read its K/V head, so dK and dV sum over the group in registers. q_map, do_map: the
 // tensor maps of Q, dO [BH, N, kDim] (boxes of kQueries rows); k_map, v_map of K, V [BG, N_k, kDim]
-// (128). Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of Plan::kDqBoxRows rows) and
-// dK + dV into dkv_accumulator [BG, N_k, kDim] (fp32, both zeroed by the caller; one buffer for
-// self-attention); lse (natural log) and row_dot [BH, N]. Tiles D wide, the head dim kDim ≤ D
+// (128). Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of Plan::kDqBoxRows rows),
+// dK into dk_accumulator and dV into dv_accumulator [BG, N_k, kDim] (fp32, three distinct buffers
+// zeroed by the caller); lse (natural log) and row_dot [BH, N]. Tiles D wide, the head dim kDim ≤ D
 // zero-padded as in the forward kernel. kDropout: the mask of `dropout` redrawn per tile, P̃ for dV
 // and dP = dP̃ ∘ Z/(1 − p) for dS.
 //
@@ -825,8 +825,8 @@ __global__ void __launch_bounds__(256, 1)
     backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                     const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
                     const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ lse,
-                    const float* __restrict__ row_dot, float* dkv_accumulator, Extents extents, float scale,
-                    float scale_log2,
+                    const float* __restrict__ row_dot, float* dk_accumulator, float* dv_accumulator,
+                    Extents extents, float scale, float scale_log2,
                     philox::DropoutMask dropout) {
   using Plan = BackwardPlan<D, kDropout>;
   using KVTile = typename Plan::KVTile;
@@ -1207,15 +1207,20 @@ __global__ void __launch_bounds__(256, 1)
   }
   if (reducer) bulk_wait();
 
-  // dK + dV of this block's keys (with self-attention other blocks may be adding dQ to the same rows).
+  // dK (scaled) and dV of this block's keys, each into its own accumulator. Added, not stored: where
+  // the grid splits the group over gridDim.z, other blocks add their query heads' shares to the same
+  // rows. A pair of columns per reduction (red.global.add.v2.f32, 8-byte aligned: kDim and 2t even).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (!key_inside[h]) continue;
-    float* out = dkv_accumulator + (kv_head * seq_k + k0 + key_local[h]) * kDim;
+    const int64_t row = (kv_head * seq_k + k0 + key_local[h]) * kDim;
+    float* dk_out = dk_accumulator + row;
+    float* dv_out = dv_accumulator + row;
 #pragma unroll
     for (int c = 0; c < kDim / 8; ++c) {
-      atomicAdd(out + 8 * c + 2 * t, scale * dk[4 * c + 2 * h] + dv[4 * c + 2 * h]);
-      atomicAdd(out + 8 * c + 2 * t + 1, scale * dk[4 * c + 2 * h + 1] + dv[4 * c + 2 * h + 1]);
+      atomicAdd(reinterpret_cast<float2*>(dk_out + 8 * c + 2 * t),
+                make_float2(scale * dk[4 * c + 2 * h], scale * dk[4 * c + 2 * h + 1]));
+      atomicAdd(reinterpret_cast<float2*>(dv_out + 8 * c + 2 * t), make_float2(dv[4 * c + 2 * h], dv[4 * c + 2 * h + 1]));
     }
   }
 }
@@ -1282,8 +1287,8 @@ __global__ void __launch_bounds__(256, 1)
     wide_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                          const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
                          const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ lse,
-                         const float* __restrict__ row_dot, float* dkv_accumulator, Extents extents, float scale,
-                         float scale_log2, philox::DropoutMask dropout) {
+                         const float* __restrict__ row_dot, float* dk_accumulator, float* dv_accumulator,
+                         Extents extents, float scale, float scale_log2, philox::DropoutMask dropout) {
   using Plan = WideBackwardPlan<D, kDropout>;
   using KVTile = typename Plan::KVTile;
   using QTile = typename Plan::QTile;
@@ -1546,17 +1551,18 @@ __global__ void __launch_bounds__(256, 1)
   }
   if (reducer) bulk_wait();
 
-  // dV (warpgroup 0) or dK (warpgroup 1) of this block's keys into the accumulator they share.
+  // dV (warpgroup 0) into dv_accumulator, or dK (warpgroup 1, scaled) into dk_accumulator, for this
+  // block's keys; added, as backward_kernel's, for the blocks of a split group, a column pair at a time.
   const float factor = warpgroup == 0 ? 1.0f : scale;
+  float* const accumulator = warpgroup == 0 ? dv_accumulator : dk_accumulator;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (!key_inside[h]) continue;
-    float* out = dkv_accumulator + (kv_head * seq_k + k0 + key_local[h]) * D;
+    float* out = accumulator + (kv_head * seq_k + k0 + key_local[h]) * D;
 #pragma unroll
-    for (int c = 0; c < D / 8; ++c) {
-      atomicAdd(out + 8 * c + 2 * t, factor * grad[4 * c + 2 * h]);
-      atomicAdd(out + 8 * c + 2 * t + 1, factor * grad[4 * c + 2 * h + 1]);
-    }
+    for (int c = 0; c < D / 8; ++c)
+      atomicAdd(reinterpret_cast<float2*>(out + 8 * c + 2 * t),
+                make_float2(factor * grad[4 * c + 2 * h], factor * grad[4 * c + 2 * h + 1]));
   }
 }
 
@@ -1615,8 +1621,8 @@ dim3 backward_grid(const LayerShape& shape, int keys) {
 
 template <class T, int D, int kDim, bool kDropout>
 void backward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                    const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
-                    cudaStream_t stream) {
+                    const float* lse, const float* row_dot, float* dq_accumulator, float* dk_accumulator,
+                    float* dv_accumulator, cudaStream_t stream) {
   using Plan = BackwardPlan<D, kDropout>;
   constexpr int kSharedBytes = Plan::kSharedBytes;
   check_cuda(cudaFuncSetAttribute(backward_kernel<T, D, kDim, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1627,15 +1633,15 @@ void backward_typed(const LayerShape& shape, const void* Q, const void* K, const
       operand_map<T>(Q, kDim, shape.seq, heads, Plan::kQueries), operand_map<T>(K, kDim, shape.seq_k, kv_heads, Plan::kKeys),
       operand_map<T>(V, kDim, shape.seq_k, kv_heads, Plan::kKeys), operand_map<T>(dO, kDim, shape.seq, heads, Plan::kQueries),
       swizzled_tile_map(dq_accumulator, Dtype::fp32, kDim, shape.seq, heads, Plan::kDqBoxRows), lse, row_dot,
-      dkv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
+      dk_accumulator, dv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
   check_launch("backward_kernel (wgmma)");
 }
 
 // d = 192 and 256: the by-product split (wide_backward_kernel).
 template <class T, int D, bool kDropout>
 void wide_backward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                         const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
-                         cudaStream_t stream) {
+                         const float* lse, const float* row_dot, float* dq_accumulator, float* dk_accumulator,
+                         float* dv_accumulator, cudaStream_t stream) {
   using Plan = WideBackwardPlan<D, kDropout>;
   check_cuda(cudaFuncSetAttribute(wide_backward_kernel<T, D, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Plan::kSharedBytes),
@@ -1645,7 +1651,7 @@ void wide_backward_typed(const LayerShape& shape, const void* Q, const void* K, 
       operand_map<T>(Q, D, shape.seq, heads, Plan::kQueries), operand_map<T>(K, D, shape.seq_k, kv_heads, Plan::kKeys),
       operand_map<T>(V, D, shape.seq_k, kv_heads, Plan::kKeys), operand_map<T>(dO, D, shape.seq, heads, Plan::kQueries),
       swizzled_tile_map(dq_accumulator, Dtype::fp32, D, shape.seq, heads, Plan::kQueries), lse, row_dot,
-      dkv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
+      dk_accumulator, dv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
   check_launch("wide_backward_kernel (wgmma)");
 }
 
@@ -1659,11 +1665,12 @@ struct Kernels {
     forward_typed<T, D, kDim, kDropout>(shape, Q, K, V, O, lse, stream);
   }
   static void backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                       const float* lse, const float* row_dot, float* dq, float* dkv, cudaStream_t stream) {
+                       const float* lse, const float* row_dot, float* dq, float* dk, float* dv,
+                       cudaStream_t stream) {
     if constexpr (D > 128)
-      wide_backward_typed<T, D, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
+      wide_backward_typed<T, D, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dk, dv, stream);
     else
-      backward_typed<T, D, kDim, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dkv, stream);
+      backward_typed<T, D, kDim, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dk, dv, stream);
   }
 };
 
@@ -1691,10 +1698,10 @@ void flash_forward_wgmma(const LayerShape& shape, const void* Q, const void* K, 
 }
 
 void flash_backward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                          const float* lse, const float* row_dot, float* dq_accumulator, float* dkv_accumulator,
-                          cudaStream_t stream) {
+                          const float* lse, const float* row_dot, float* dq_accumulator, float* dk_accumulator,
+                          float* dv_accumulator, cudaStream_t stream) {
   by_layer(shape, [&](auto kernels) {
-    kernels.backward(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dkv_accumulator, stream);
+    kernels.backward(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dk_accumulator, dv_accumulator, stream);
   });
 }
 

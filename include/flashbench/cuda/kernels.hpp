@@ -4,8 +4,8 @@
 //
 // Shapes, one set of letters everywhere: B·H query heads flattened into BH, B·G key/value heads into
 // BG (r = H/G query heads share one: query head h reads K/V head h / r), N query rows, N_k key rows,
-// d head dim. Q, O, dO, dX are [BH, N, d] and K, V [BG, N_k, d] row-major in the storage dtype; S, P,
-// dP, dS and the dropout mask Z (1 byte) are [BH, N, N_k]; m, l, LSE, D are [BH, N] fp32.
+// d head dim. Q, O, dO, dQ are [BH, N, d] and K, V, dK, dV [BG, N_k, d] row-major in the storage
+// dtype; S, P, dP, dS and the dropout mask Z (1 byte) are [BH, N, N_k]; m, l, LSE, D are [BH, N] fp32.
 // S = scale·Q·Kᵀ (scale folded in by the producer), P = softmax(S) row-wise, O = P·V, or with dropout
 // O = P̃·V, P̃ = P ∘ Z/(1 − p). The causal mask is aligned bottom-right: query i sees the keys
 // j ≤ i + N_k − N (a query that sees none has O = 0).
@@ -109,5 +109,9 @@ void load_to_float(Dtype dtype, const void* src, float* dst, int64_t count, cuda
 // `count` standard-normal numbers into dst (storage dtype) from a counter-based generator: element i
 // depends only on (seed, i).
 void fill_normal(Dtype dtype, void* dst, int64_t count, uint64_t seed, cudaStream_t stream);
+
+// Keeps the stream busy for `milliseconds` (one thread spinning on the global timer), so that what
+// is queued after it starts on a busy GPU (Device::occupy).
+void spin(double milliseconds, cudaStream_t stream);
 
 }  // namespace flashbench::cuda
