@@ -297,11 +297,14 @@ TEST(ReportJson, DocumentCarriesSchemaMetaAndTheContractKeys) {
   EXPECT_FALSE(row["check"].contains("tensors"));  // a check made before the breakdown existed
   // Each compared tensor's errors, in the order compared.
   const nlohmann::json& tensors = document["rows"][2]["check"]["tensors"];
-  ASSERT_EQ(tensors.size(), 2u);
-  EXPECT_LT(text.find("\"output\": {"), text.find("\"input_grad\": {"));
-  EXPECT_DOUBLE_EQ(tensors["input_grad"]["rel_err"].get<double>(), 1.2e-6);
-  EXPECT_DOUBLE_EQ(tensors["input_grad"]["naive_rel_err"].get<double>(), 4e-7);
-  EXPECT_DOUBLE_EQ(tensors["output"]["rel_err"].get<double>(), 3e-7);
+  ASSERT_EQ(tensors.size(), 4u);
+  EXPECT_LT(text.find("\"O\": {"), text.find("\"dQ\": {"));
+  EXPECT_LT(text.find("\"dK\": {"), text.find("\"dV\": {"));
+  EXPECT_DOUBLE_EQ(tensors["dQ"]["rel_err"].get<double>(), 1.2e-6);
+  EXPECT_DOUBLE_EQ(tensors["dQ"]["naive_rel_err"].get<double>(), 4e-7);
+  EXPECT_DOUBLE_EQ(tensors["O"]["rel_err"].get<double>(), 3e-7);
+  EXPECT_DOUBLE_EQ(tensors["dV"]["rel_err"].get<double>(), 4e-7);
+  EXPECT_FALSE(document["rows"][2]["check"].contains("not_compared"));  // every tensor compared
   // The oom row: status and reason, no times, no model.
   const nlohmann::json& oom = document["rows"][1];
   EXPECT_EQ(oom["status"], "oom");
