@@ -269,10 +269,13 @@ void CudaAttention::backward(LayerCall& call, const LayerInputs& inputs, const v
     flash_backward(shape, in.Q, in.K, in.V, O, dO, kept.get<float>("LSE"), row_dot.as<float>(),
                    dq_accumulator.as<float>(), dk_accumulator.as<float>(), dv_accumulator.as<float>(),
                    flash_kernels(kernels_), launch.stream);
+    // fp32 to the storage dtype: dQ as it is, dK and dV gathered from the kernels' K/V heads (a
+    // conversion, or under expand_kv the sum of each group's r repeated heads).
     store_from_float(shape.dtype, dq_accumulator.as<float>(), gradients.dQ, launch.q_elements(), launch.stream);
-    for (const auto& [accumulator, target] : {std::pair{&dk_accumulator, gradients.dK}, {&dv_accumulator, gradients.dV}})
-      sum_head_groups(shape.dtype, accumulator->data(), /*src_is_float=*/true, target, kv_groups, repeats, per_kv_head,
-                      /*accumulate=*/false, launch.stream);
+    sum_head_groups(shape.dtype, dk_accumulator.data(), /*src_is_float=*/true, gradients.dK, kv_groups, repeats,
+                    per_kv_head, launch.stream);
+    sum_head_groups(shape.dtype, dv_accumulator.data(), /*src_is_float=*/true, gradients.dV, kv_groups, repeats,
+                    per_kv_head, launch.stream);
     return;
   }
 
@@ -314,10 +317,12 @@ void CudaAttention::backward(LayerCall& call, const LayerInputs& inputs, const v
     }
     case Variant::v2: break;  // above
   }
-  if (p.repeats_kv())
-    for (const auto& [repeated, target] : {std::pair{&repeated_dK, gradients.dK}, {&repeated_dV, gradients.dV}})
-      sum_head_groups(shape.dtype, repeated->data(), /*src_is_float=*/false, target, kv_groups, p.group_size(),
-                      per_kv_head, /*accumulate=*/false, launch.stream);
+  if (p.repeats_kv()) {  // what repeat_interleave's backward does
+    sum_head_groups(shape.dtype, repeated_dK.data(), /*src_is_float=*/false, gradients.dK, kv_groups, repeats,
+                    per_kv_head, launch.stream);
+    sum_head_groups(shape.dtype, repeated_dV.data(), /*src_is_float=*/false, gradients.dV, kv_groups, repeats,
+                    per_kv_head, launch.stream);
+  }
 }
 
 }  // namespace flashbench::cuda

@@ -34,14 +34,14 @@ __global__ void normal_kernel(T* __restrict__ dst, int64_t count, uint64_t seed)
   }
 }
 
-// dst[g][k] = Σ_{c<r} src[g·r + c][k] (+ dst[g][k]); src is float or T.
+// dst[g][k] = Σ_{c<r} src[g·r + c][k]; src is float or T.
 template <class T, class Source>
 __global__ void sum_head_groups_kernel(const Source* __restrict__ src, T* __restrict__ dst, int64_t groups,
-                                       int64_t group_size, int64_t per_head, bool accumulate) {
+                                       int64_t group_size, int64_t per_head) {
   const int64_t count = groups * per_head;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t g = i / per_head, k = i % per_head;
-    float sum = accumulate ? to_float(dst[i]) : 0.0f;
+    float sum = 0.0f;
     for (int64_t c = 0; c < group_size; ++c) sum += to_float(src[(g * group_size + c) * per_head + k]);
     dst[i] = from_float<T>(sum);
   }
@@ -71,16 +71,16 @@ void store_from_float(Dtype dtype, const float* src, void* dst, int64_t count, c
 }
 
 void sum_head_groups(Dtype dtype, const void* src, bool src_is_float, void* dst, int64_t groups, int64_t group_size,
-                     int64_t per_head, bool accumulate, cudaStream_t stream) {
+                     int64_t per_head, cudaStream_t stream) {
   const int64_t count = groups * per_head;
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (src_is_float)
       sum_head_groups_kernel<T, float><<<grid_for(count), kThreads, 0, stream>>>(
-          static_cast<const float*>(src), static_cast<T*>(dst), groups, group_size, per_head, accumulate);
+          static_cast<const float*>(src), static_cast<T*>(dst), groups, group_size, per_head);
     else
       sum_head_groups_kernel<T, T><<<grid_for(count), kThreads, 0, stream>>>(
-          static_cast<const T*>(src), static_cast<T*>(dst), groups, group_size, per_head, accumulate);
+          static_cast<const T*>(src), static_cast<T*>(dst), groups, group_size, per_head);
   });
   check_launch("sum_head_groups");
 }

@@ -474,8 +474,9 @@ __global__ void __launch_bounds__(256, 1) flash_backward_kernel(const T* __restr
   cp_async_wait<0>();  // a block no query sees still issued its first copies
 
   // dK (scaled) and dV of this block's keys, each into its own accumulator. This block is the only
-  // one writing these rows (it walked every query head of the group), so plain stores into the zeroed
-  // buffers, a column pair at a time (8-byte aligned: D and 2t even).
+  // one writing these rows (it walked every query head of the group), so adding into the zeroed
+  // buffers is storing; the adds (red.global) keep the d = 128 dropout kernel within its 255
+  // registers on sm_80, where plain stores, scalar or paired, spilled 12 bytes.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (key_local[h] >= keys_left) continue;
@@ -484,8 +485,10 @@ __global__ void __launch_bounds__(256, 1) flash_backward_kernel(const T* __restr
     float* dv_out = dv_accumulator + row;
 #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd) {
-      *reinterpret_cast<float2*>(dk_out + 8 * nd + 2 * t) = make_float2(scale * dk[nd][2 * h], scale * dk[nd][2 * h + 1]);
-      *reinterpret_cast<float2*>(dv_out + 8 * nd + 2 * t) = make_float2(dv[nd][2 * h], dv[nd][2 * h + 1]);
+      atomicAdd(dk_out + 8 * nd + 2 * t, scale * dk[nd][2 * h]);
+      atomicAdd(dk_out + 8 * nd + 2 * t + 1, scale * dk[nd][2 * h + 1]);
+      atomicAdd(dv_out + 8 * nd + 2 * t, dv[nd][2 * h]);
+      atomicAdd(dv_out + 8 * nd + 2 * t + 1, dv[nd][2 * h + 1]);
     }
   }
 }

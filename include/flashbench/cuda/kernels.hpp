@@ -94,11 +94,12 @@ void flash_backward(const LayerShape& shape, const void* Q, const void* K, const
 
 // dst[i] = storage(src[i]) for `count` elements.
 void store_from_float(Dtype dtype, const float* src, void* dst, int64_t count, cudaStream_t stream);
-// dst [G, per_head] (storage dtype) = Σ_{c<r} src[g·r + c] (+ dst where `accumulate`), src
-// [G·r, per_head] in fp32 (`src_is_float`) or the storage dtype: the gradients of K/V heads read by r
-// query heads, gathered into the heads they came from.
+// dst [G, per_head] (storage dtype) = Σ_{c<r} src[g·r + c], summed in fp32 and rounded once, src
+// [G·r, per_head] in fp32 (`src_is_float`) or the storage dtype: the gradients of the K/V heads the
+// kernels saw (r = 1: one each, a conversion; under expand_kv the r repeats of each) gathered into
+// the layer's G heads, written over dst.
 void sum_head_groups(Dtype dtype, const void* src, bool src_is_float, void* dst, int64_t groups, int64_t group_size,
-                     int64_t per_head, bool accumulate, cudaStream_t stream);
+                     int64_t per_head, cudaStream_t stream);
 // dst [G·r, per_head] = src [G, per_head] with each head repeated r times (repeat_interleave).
 void repeat_heads(Dtype dtype, const void* src, void* dst, int64_t groups, int64_t group_size, int64_t per_head,
                   cudaStream_t stream);
