@@ -56,6 +56,16 @@ std::optional<std::string> declined_by_version(const Problem& problem, size_t ve
   return std::nullopt;
 }
 
+// What the graphs of cudnn_graph.cpp do not express: K and V of another head count or length than Q
+// (their tensors are all [B,H,N,d], the causal mask top-left) and dropout (no mask in the graph).
+// Their plans are keyed by B, H, N, d, the mask and the dtype alone, which holds for what is left.
+std::optional<std::string> declined_by_graph(const Problem& problem) {
+  if (!problem.square())
+    return fmt::format("flashbench's cuDNN graphs run G = H and N_k = N only, not {}", problem.workload());
+  if (problem.dropout > 0) return std::string("flashbench's cuDNN graphs run without dropout");
+  return std::nullopt;
+}
+
 // The score given to masked entries: the lowest float before 9.10 (what those versions expect),
 // -inf from then on, as cuDNN's frontend chooses.
 float masked_score(size_t version) {
@@ -141,11 +151,7 @@ CudnnAttention::~CudnnAttention() = default;
 std::optional<std::string> CudnnAttention::unsupported(const Problem& problem) const {
   if (problem.dtype == Dtype::fp32)
     return std::string("cuDNN's fused attention takes bf16 or fp16, not fp32");
-  // The graphs here are built for one K/V head per query head, N_k = N and no dropout (their plans are
-  // keyed by B, H, N, d, the mask and the dtype alone).
-  if (problem.group_size() != 1 || problem.key_seq() != problem.seq)
-    return std::string("flashbench's cuDNN graphs run G = H and N_k = N only");
-  if (problem.dropout > 0) return std::string("flashbench's cuDNN graphs run without dropout");
+  if (auto declined = declined_by_graph(problem)) return declined;
   if (problem.head_dim % kHeadDimMultiple != 0)
     return fmt::format("cuDNN's fused attention needs head_dim a multiple of {}, not {}", kHeadDimMultiple,
                        problem.head_dim);
@@ -163,6 +169,7 @@ std::optional<std::string> CudnnAttention::unsupported(const Problem& problem) c
 }
 
 std::optional<CudnnAttention::PlanWorkspace> CudnnAttention::plan_workspace(const Problem& problem) const {
+  if (declined_by_graph(problem)) return std::nullopt;  // never built: another problem may share its key
   const auto found = state_->plans.find(key_of(problem));
   if (found == state_->plans.end() || !found->second.forward.plan || !found->second.backward.plan)
     return std::nullopt;

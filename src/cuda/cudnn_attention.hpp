@@ -27,8 +27,9 @@ class CudnnAttention final : public Implementation {
   std::string_view name() const override { return "cudnn"; }
   Variant variant() const override { return Variant::v2; }
   std::string_view summary() const override;
-  // bf16 and fp16 only; cuDNN absent or older than 9.0; no engine of this cuDNN for the problem's
-  // graphs on this GPU (which building the plans finds out, on the device the run has opened).
+  // bf16 and fp16 only; G = H and N_k = N without dropout only (what its graphs express); cuDNN
+  // absent or older than 9.0; no engine of this cuDNN for the problem's graphs on this GPU (which
+  // building the plans finds out, on the device the run has opened).
   std::optional<std::string> unsupported(const Problem& problem) const override;
   LayerCosts costs(const Problem& problem, const ModelParams& params) const override;
 

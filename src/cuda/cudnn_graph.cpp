@@ -116,7 +116,7 @@ class GraphBuilder {
   int64_t bound(Bind id, const Dims& dims, const Dims& strides, cudnnDataType_t type) {
     return tensor(int64_t(id), dims, strides, type, false, false);
   }
-  // X seen as its transpose [B,H,d,N], the layout cuDNN's attention graphs take K (and Vᵀ) in.
+  // A row-major [B,H,N,d] tensor seen as its transpose [B,H,d,N], the layout cuDNN's attention graphs take K (and Vᵀ) in.
   int64_t bound_transposed(Bind id) { return bound(id, qkv_t_, transposed(qkv_), io_); }
   // A float scalar passed by value (the caller binds a host pointer).
   int64_t scalar(Bind id) { return tensor(int64_t(id), {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, false, true); }

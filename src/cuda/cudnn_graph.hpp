@@ -4,9 +4,10 @@
 // reduction, reshape) that cuDNN's fused flash-attention engines recognise, each finalised into one
 // execution plan. Internal to src/cuda.
 //
-// Shapes, as everywhere: Q = K = V = X [B, H, N, d] row-major in the storage dtype (bf16 or fp16);
-// O, dO, dQ, dK, dV the same; Stats [B, H, N] fp32 = max + log Σ exp of the scaled (and masked)
-// scores, the natural-log LSE; S = scale·Q·Kᵀ, P = softmax(S) with j > i masked when causal
+// Shapes: Q, K, V [B, H, N, d], independent tensors, row-major in the storage dtype (bf16 or fp16);
+// O, dO, dQ, dK, dV the same (square attention only, G = H and N_k = N: cudnn_attention.cpp
+// declines the rest); Stats [B, H, N] fp32 = max + log Σ exp of the scaled (and masked) scores, the
+// natural-log LSE; S = scale·Q·Kᵀ, P = softmax(S) with j > i masked when causal
 // (top-left, which for square attention is also bottom-right).
 #include <cstdint>
 #include <memory>
