@@ -166,6 +166,12 @@ void CudaDevice::synchronize() {
 
 int64_t CudaDevice::cache_flush_bytes() const { return 2 * l2_bytes(); }
 
+// Without it a timed region starts on an idle GPU: its first event fires at once, and every kernel
+// then waits for the host to launch it, so the interval counts the host's dispatch (cuBLAS's and
+// cuDNN's more than a fused kernel's) as well as the GPU's work. Behind the spin the host queues the
+// region's start event and its launches while the GPU is still busy; the event fires when the spin
+// ends, and the launches run back to back from there. Every implementation and the torch peers
+// (torch.cuda._sleep) are timed behind the same kind of wait.
 void CudaDevice::occupy(double milliseconds) { spin(milliseconds, stream()); }
 
 void CudaDevice::flush_caches() {

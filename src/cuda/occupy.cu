@@ -7,6 +7,9 @@ namespace flashbench::cuda {
 
 namespace {
 
+// %globaltimer: the GPU's nanosecond clock, the same on every SM (its resolution is a microsecond or
+// better, plenty for spins of milliseconds); clock64 would count SM cycles, whose rate varies with
+// the clocks.
 __device__ uint64_t global_timer_ns() {
   uint64_t ns;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
