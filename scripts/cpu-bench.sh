@@ -7,7 +7,8 @@
 # above 1 means flashbench is faster), printed by scripts/cpu_table.py from the rows' own throughput.
 # Everything lands in OUTPUT_DIR (JSON files and table.txt).
 #
-#   scripts/cpu-bench.sh [OUTPUT_DIR]        (default: results/cpu-bench)
+#   scripts/cpu-bench.sh [OUTPUT_DIR]   (default: ../flashbench-results/cpu-bench-DATE beside the
+#                                        checkout: measurements live outside the tree, results/README.md)
 #
 # Environment: SEQS="2048 4096", HEAD_DIMS="64 128", MASKS="false true", HEADS=8, BATCH=1,
 # THREADS (default: all cores), MAX_TIME=5 [s of samples per configuration and variant],
@@ -23,7 +24,7 @@
 # flatter the percentages; the load average at each is printed with the table.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${1:-$root/results/cpu-bench}
+out=${1:-$(dirname "$root")/flashbench-results/cpu-bench-$(date -u +%Y%m%dT%H%M%SZ)}
 build=${BUILD_DIR:-$root/build-bench}
 seqs=${SEQS:-"2048 4096"}
 head_dims=${HEAD_DIMS:-"64 128"}

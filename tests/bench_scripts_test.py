@@ -156,6 +156,7 @@ class ScriptBuildsTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout.splitlines()[-1], os.path.join(build, "flashbench"))
         self.assertFalse(os.path.exists(os.path.join(self.root, "results")))  # BUILD_ONLY ran nothing
+        self.assertFalse(os.path.exists(os.path.join(os.path.dirname(self.root), "flashbench-results")))
 
     def test_cpu_bench_configures_its_own_folder_once(self):
         result = self.run_script("cpu-bench.sh", BUILD_ONLY="1")

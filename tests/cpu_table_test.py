@@ -1,4 +1,4 @@
-"""scripts/cpu_table.py on the committed CPU benchmark in results/cpu-2core: the rates it prints are
+"""scripts/cpu_table.py on a CPU benchmark kept as a fixture in tests/data/cpu-2core: the rates it prints are
 the rows' own throughput (GFLOP/s = 1000 x TFLOP/s), the % of peak and the ratios against the
 PyTorch peer follow from the files, they agree with the table.txt committed beside them, rows that
 name an "impl" are shown by it, and unreadable files are one line on stderr with exit status 2.
@@ -16,7 +16,7 @@ import unittest
 
 SOURCE_DIR = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SCRIPTS = os.path.join(SOURCE_DIR, "scripts")
-RUN = os.path.join(SOURCE_DIR, "results", "cpu-2core")
+RUN = os.path.join(SOURCE_DIR, "tests", "data", "cpu-2core")
 sys.path.insert(0, SCRIPTS)
 import cpu_table  # noqa: E402
 

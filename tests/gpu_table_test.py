@@ -1,4 +1,4 @@
-"""scripts/gpu_table.py on a committed H200 run (results/h200-wgmma/w3): every cell it prints comes
+"""scripts/gpu_table.py on an H200 run kept as a fixture in tests/data/h200-w3 (round w3): every cell it prints comes
 from the files (the v2 medians and rate are the rows' own, the ratios are the peers' backward time
 over v2's), shapes are sorted by d, N and mask, --summary gives each head dim's ranges over the
 shapes with N ≥ --min-n, and an unreadable file is one line on stderr with exit status 2.
@@ -14,7 +14,7 @@ import tempfile
 import unittest
 
 SOURCE_DIR = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-RUN = os.path.join(SOURCE_DIR, "results", "h200-wgmma", "w3")
+RUN = os.path.join(SOURCE_DIR, "tests", "data", "h200-w3")
 sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts"))
 import gpu_table  # noqa: E402
 

@@ -76,7 +76,7 @@ SCALED = {
     "flashbench info": ["info"],
     "flashbench info --peak": ["info", "--peak", "--peak-size", "256"],
     "flashbench run --seq 4096 --peak": ["run", "--seq", "512", "--heads", "2", "--peak", *QUICK],
-    "scripts/cpu-bench.sh results/cpu": "minutes of benchmark: bench_scripts_test.py runs it against a fake build",
+    "scripts/cpu-bench.sh ../cpu-bench": "minutes of benchmark: bench_scripts_test.py runs it against a fake build",
     "/usr/bin/python3 scripts/plot.py cpu.json --out plots/": "plot_test.py draws from a run's JSON",
 }
 

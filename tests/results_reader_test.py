@@ -52,7 +52,7 @@ class ReaderTest(unittest.TestCase):
 
     def test_committed_files_read(self):
         for name in ("tests/data/cpu-small.json", "tests/data/peer-sdpa-h200.jsonl",
-                     "results/cpu-2core/flashbench.json", "results/cpu-2core/torch-cpu.json"):
+                     "tests/data/cpu-2core/flashbench.json", "tests/data/cpu-2core/torch-cpu.json"):
             read = results.read_results(os.path.join(SOURCE_DIR, name))
             self.assertEqual(read.schema_version, 1, name)
             self.assertTrue(read.rows, name)
