@@ -92,9 +92,16 @@ LayerReferences reference_of(const Problem& p, const HostLayer& layer) {
 }
 
 // max |x − ref| / max |ref| of a double result, narrowed as a device's output would be.
-double relative_error(const std::vector<double>& x, const std::vector<double>& ref) {
+// A reference that is zero throughout is judged against `scale`, its layer's (max_relative_error).
+double relative_error(const std::vector<double>& x, const std::vector<double>& ref, double scale) {
   const std::vector<float> narrowed(x.begin(), x.end());
-  return max_relative_error(narrowed, ref);
+  return max_relative_error(narrowed, ref, scale);
+}
+
+// The largest max |ref| of a layer's O, dQ, dK, dV: the scale of a tensor of it that is zero
+// throughout (dQ and dK where every query sees one key).
+double layer_scale(const LayerReference& exact) {
+  return std::max({max_abs(exact.O), max_abs(exact.dQ), max_abs(exact.dK), max_abs(exact.dV)});
 }
 
 // The runner's judgement (runner.cpp), each tensor apart: its error against float64 at most 3× the
@@ -113,7 +120,7 @@ void expect_matches_reference(const Problem& p, const Runner::Pass& got, const L
   double naive_error = 0;
   for (const auto& [mine, truth] : {std::pair{&naive.O, &exact.O}, std::pair{&naive.dQ, &exact.dQ},
                                     std::pair{&naive.dK, &exact.dK}, std::pair{&naive.dV, &exact.dV}}) {
-    const double error = relative_error(*mine, *truth);
+    const double error = relative_error(*mine, *truth, layer_scale(exact));
     if (std::isfinite(error)) naive_error = std::max(naive_error, error);
   }
   const double logit_bound = 8.0 * exact.max_abs_score * std::ldexp(1.0, -24);
@@ -125,7 +132,7 @@ void expect_matches_reference(const Problem& p, const Runner::Pass& got, const L
     const std::vector<double>& truth;
   } tensors[] = {{"O", got.O, exact.O}, {"dQ", got.dQ, exact.dQ}, {"dK", got.dK, exact.dK}, {"dV", got.dV, exact.dV}};
   for (const auto& tensor : tensors) {
-    const double error = max_relative_error(tensor.mine, tensor.truth);
+    const double error = max_relative_error(tensor.mine, tensor.truth, layer_scale(exact));
     EXPECT_TRUE(std::isfinite(error)) << where << ": " << tensor.name << " is not finite";
     EXPECT_LE(error, bar) << where << ": " << tensor.name << " error " << error << " vs naive "
                           << to_string(p.dtype) << " error " << naive_error;

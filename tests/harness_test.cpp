@@ -19,6 +19,18 @@
 namespace flashbench {
 namespace {
 
+// A reference that is zero throughout (dQ and dK where every query sees one key) has no scale of its
+// own: its error is measured against the layer's scale, and only without one is it absolute.
+TEST(RelativeError, AZeroReferenceIsJudgedAgainstItsLayersScale) {
+  const std::vector<float> got{1.5e-6f, -1e-6f};
+  const std::vector<double> zero{0.0, 0.0}, truth{2.0, -4.0};
+  EXPECT_DOUBLE_EQ(max_relative_error(got, zero), double(1.5e-6f));           // absolute
+  EXPECT_DOUBLE_EQ(max_relative_error(got, zero, 3.0), double(1.5e-6f) / 3);  // against the layer
+  const std::vector<float> near{2.5f, -4.0f};
+  EXPECT_DOUBLE_EQ(max_relative_error(near, truth, 100.0), 0.5 / 4);  // a scale of its own wins
+  EXPECT_EQ(max_abs(truth), 4.0);
+}
+
 // The steady clock, logging each mark.
 class LoggingTimer final : public PhaseTimer {
  public:

@@ -36,9 +36,15 @@ struct ModelledMemory {
 };
 
 // max |x − ref| / max |ref|: the error relative to the scale of the reference tensor; NaN counts as
-// infinitely wrong. What every row's `check` reports.
-double max_relative_error(std::span<const float> x, std::span<const float> ref);
-double max_relative_error(std::span<const float> x, std::span<const double> ref);
+// infinitely wrong. What every row's `check` reports. A reference that is zero throughout has no
+// scale of its own (dQ and dK where every query sees one key: the softmax is constant, so dS = 0):
+// its error is then relative to `scale_if_zero`, the scale of the layer it belongs to (the largest
+// max |ref| of its O, dQ, dK, dV), so that rounding in the terms that cancel to zero is judged on the
+// same footing as everywhere else; with no such scale (0) it is the absolute error.
+double max_relative_error(std::span<const float> x, std::span<const float> ref, double scale_if_zero = 0);
+double max_relative_error(std::span<const float> x, std::span<const double> ref, double scale_if_zero = 0);
+// max |ref|: a tensor's scale, as max_relative_error divides by it.
+double max_abs(std::span<const double> ref);
 
 // One compared tensor of a check: its error and the naive computation's on it.
 struct CheckedTensor {

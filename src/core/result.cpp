@@ -17,19 +17,29 @@ std::string_view to_string(Status status) {
 
 namespace {
 template <class Reference>
-double relative_error(std::span<const float> x, std::span<const Reference> ref) {
+double relative_error(std::span<const float> x, std::span<const Reference> ref, double scale_if_zero) {
   double max_diff = 0, max_ref = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const double diff = std::fabs(double(x[i]) - double(ref[i]));
     max_diff = std::isnan(diff) ? INFINITY : std::max(max_diff, diff);
     max_ref = std::max(max_ref, std::fabs(double(ref[i])));
   }
-  return max_ref > 0 ? max_diff / max_ref : max_diff;
+  if (max_ref > 0) return max_diff / max_ref;
+  return scale_if_zero > 0 ? max_diff / scale_if_zero : max_diff;
 }
 }  // namespace
 
-double max_relative_error(std::span<const float> x, std::span<const float> ref) { return relative_error(x, ref); }
-double max_relative_error(std::span<const float> x, std::span<const double> ref) { return relative_error(x, ref); }
+double max_relative_error(std::span<const float> x, std::span<const float> ref, double scale_if_zero) {
+  return relative_error(x, ref, scale_if_zero);
+}
+double max_relative_error(std::span<const float> x, std::span<const double> ref, double scale_if_zero) {
+  return relative_error(x, ref, scale_if_zero);
+}
+double max_abs(std::span<const double> ref) {
+  double largest = 0;
+  for (double value : ref) largest = std::max(largest, std::fabs(value));
+  return largest;
+}
 
 std::string Row::implementation() const { return impl.empty() ? std::string(to_string(variant)) : impl; }
 

@@ -126,9 +126,9 @@ ReferencePlan plan_reference(const Problem& p, const RunOptions& options) {
   return plan;
 }
 
-double relative_error(std::span<const double> x, std::span<const double> ref) {
+double relative_error(std::span<const double> x, std::span<const double> ref, double scale_if_zero) {
   const std::vector<float> narrowed(x.begin(), x.end());
-  return max_relative_error(narrowed, ref);
+  return max_relative_error(narrowed, ref, scale_if_zero);
 }
 
 // A [B, heads, rows, d] tensor on the device: Q, O, dO and dQ have H heads and N rows; K, V, dK and
@@ -383,6 +383,7 @@ struct Reference {
   // The naive computation's error against each of them (dK, dV: empty where the plan compares fewer).
   std::optional<double> naive_O, naive_dQ, naive_dK, naive_dV;
   double max_abs_score = 0;
+  double layer_scale = 0;  // the largest max |ref| of O, dQ, dK, dV: a zero tensor's scale (max_relative_error)
 
   // FlashAttention's bar: the error may be a small multiple of that of the same computation done
   // naively in the storage precision, plus what exp(S − LSE) costs in fp32 at the largest logit
@@ -391,12 +392,12 @@ struct Reference {
   Check judge(const Problem& p, const Captured& got) const {
     Check check;
     check.reference = plan.kind == ReferencePlan::Kind::sampled
-                          ? fmt::format("float64 ({} query and {} key rows of {} heads)", plan.query_rows.size(),
-                                        plan.key_rows.size(), plan.heads.size())
+                          ? fmt::format("float64 ({} query and {} key rows of {} head{})", plan.query_rows.size(),
+                                        plan.key_rows.size(), plan.heads.size(), plan.heads.size() == 1 ? "" : "s")
                           : "float64";
     auto compare = [&](const char* name, const std::vector<float>& mine, const std::vector<double>& exact,
                        std::optional<double> naive) {
-      const double error = max_relative_error(mine, exact);
+      const double error = max_relative_error(mine, exact, layer_scale);
       check.tensors.push_back({name, error, naive});
       check.max_rel_err = std::max(check.max_rel_err, error);
     };
@@ -534,11 +535,14 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
     Reference ref;
     ref.plan = plan;
     const auto keep = [&](auto exact, const auto& naive) {
-      ref.naive_O = relative_error(naive.O, exact.O);
-      ref.naive_dQ = relative_error(naive.dQ, exact.dQ);
+      double& scale = ref.layer_scale;
+      scale = std::max(max_abs(exact.O), max_abs(exact.dQ));
+      if (plan.groups_whole()) scale = std::max({scale, max_abs(exact.dK), max_abs(exact.dV)});
+      ref.naive_O = relative_error(naive.O, exact.O, scale);
+      ref.naive_dQ = relative_error(naive.dQ, exact.dQ, scale);
       if (plan.groups_whole()) {
-        ref.naive_dK = relative_error(naive.dK, exact.dK);
-        ref.naive_dV = relative_error(naive.dV, exact.dV);
+        ref.naive_dK = relative_error(naive.dK, exact.dK, scale);
+        ref.naive_dV = relative_error(naive.dV, exact.dV, scale);
         ref.dK = std::move(exact.dK);
         ref.dV = std::move(exact.dV);
       }
