@@ -98,12 +98,6 @@ double relative_error(const std::vector<double>& x, const std::vector<double>& r
   return max_relative_error(narrowed, ref, scale);
 }
 
-// The largest max |ref| of a layer's O, dQ, dK, dV: the scale of a tensor of it that is zero
-// throughout (dQ and dK where every query sees one key).
-double layer_scale(const LayerReference& exact) {
-  return std::max({max_abs(exact.O), max_abs(exact.dQ), max_abs(exact.dK), max_abs(exact.dV)});
-}
-
 // The runner's judgement (runner.cpp), each tensor apart: its error against float64 at most 3× the
 // largest error of the naive computation in the storage dtype, plus what exp(S − LSE) costs in fp32
 // at the largest logit (its condition number is its argument), plus a floor for summation order
@@ -112,6 +106,7 @@ double layer_scale(const LayerReference& exact) {
 void expect_matches_reference(const Problem& p, const Runner::Pass& got, const LayerReferences& ref,
                               const std::string& where) {
   const LayerReference& exact = ref.exact;
+  const double zero_scale = layer_scale(exact.O, exact.dQ, exact.dK, exact.dV);
   const LayerReference& naive = ref.naive;
   ASSERT_EQ(got.O.size(), exact.O.size()) << where;
   ASSERT_EQ(got.dQ.size(), exact.dQ.size()) << where;
@@ -120,7 +115,7 @@ void expect_matches_reference(const Problem& p, const Runner::Pass& got, const L
   double naive_error = 0;
   for (const auto& [mine, truth] : {std::pair{&naive.O, &exact.O}, std::pair{&naive.dQ, &exact.dQ},
                                     std::pair{&naive.dK, &exact.dK}, std::pair{&naive.dV, &exact.dV}}) {
-    const double error = relative_error(*mine, *truth, layer_scale(exact));
+    const double error = relative_error(*mine, *truth, zero_scale);
     if (std::isfinite(error)) naive_error = std::max(naive_error, error);
   }
   const double logit_bound = 8.0 * exact.max_abs_score * std::ldexp(1.0, -24);
@@ -132,7 +127,7 @@ void expect_matches_reference(const Problem& p, const Runner::Pass& got, const L
     const std::vector<double>& truth;
   } tensors[] = {{"O", got.O, exact.O}, {"dQ", got.dQ, exact.dQ}, {"dK", got.dK, exact.dK}, {"dV", got.dV, exact.dV}};
   for (const auto& tensor : tensors) {
-    const double error = max_relative_error(tensor.mine, tensor.truth, layer_scale(exact));
+    const double error = max_relative_error(tensor.mine, tensor.truth, zero_scale);
     EXPECT_TRUE(std::isfinite(error)) << where << ": " << tensor.name << " is not finite";
     EXPECT_LE(error, bar) << where << ": " << tensor.name << " error " << error << " vs naive "
                           << to_string(p.dtype) << " error " << naive_error;

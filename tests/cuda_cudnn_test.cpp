@@ -66,12 +66,6 @@ double relative_error(const std::vector<double>& x, const std::vector<double>& r
   return max_relative_error(narrowed, ref, scale);
 }
 
-// The largest max |ref| of a layer's O, dQ, dK, dV: the scale of a tensor of it that is zero
-// throughout (dQ and dK where every query sees one key).
-double layer_scale(const LayerReference& exact) {
-  return std::max({max_abs(exact.O), max_abs(exact.dQ), max_abs(exact.dK), max_abs(exact.dV)});
-}
-
 class CudnnVsFloat64 : public testing::TestWithParam<Case> {};
 
 TEST_P(CudnnVsFloat64, LayerMatchesReference) {
@@ -108,11 +102,12 @@ TEST_P(CudnnVsFloat64, LayerMatchesReference) {
   const ReferenceShape shape{problem.heads_total(), problem.seq, problem.head_dim, problem.causal};
   const auto wide = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
   const LayerReference exact = reference_layer(shape, wide(Q), wide(K), wide(V), wide(dO));
+  const double zero_scale = layer_scale(exact.O, exact.dQ, exact.dK, exact.dV);
   const LayerReference naive = reference_layer(shape, wide(Q), wide(K), wide(V), wide(dO), c.dtype);
   double naive_error = 0;
   for (const auto& [mine, truth] : {std::pair{&naive.O, &exact.O}, std::pair{&naive.dQ, &exact.dQ},
                                     std::pair{&naive.dK, &exact.dK}, std::pair{&naive.dV, &exact.dV}})
-    naive_error = std::max(naive_error, relative_error(*mine, *truth, layer_scale(exact)));
+    naive_error = std::max(naive_error, relative_error(*mine, *truth, zero_scale));
   // exp(S − LSE) in fp32 carries about |S|·2⁻²⁴ of relative error whatever computes it.
   const double logit_bound = 8.0 * exact.max_abs_score * std::ldexp(1.0, -24);
   const double bar = 3.0 * naive_error + logit_bound + 1e-6;
@@ -123,7 +118,7 @@ TEST_P(CudnnVsFloat64, LayerMatchesReference) {
   } tensors[] = {{"O", gpu.O, exact.O}, {"dQ", gpu.dQ, exact.dQ}, {"dK", gpu.dK, exact.dK}, {"dV", gpu.dV, exact.dV}};
   for (const auto& tensor : tensors) {
     ASSERT_EQ(tensor.mine.size(), tensor.truth.size()) << tensor.name;
-    const double error = max_relative_error(tensor.mine, tensor.truth, layer_scale(exact));
+    const double error = max_relative_error(tensor.mine, tensor.truth, zero_scale);
     EXPECT_TRUE(std::isfinite(error)) << tensor.name << " is not finite";
     EXPECT_LE(error, bar) << tensor.name << ": naive " << to_string(c.dtype) << " error " << naive_error;
   }

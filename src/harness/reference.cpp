@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "flashbench/philox.hpp"
+#include "flashbench/result.hpp"
 #include "flashbench/storage.hpp"
 
 namespace flashbench {
@@ -301,6 +302,11 @@ double reference_layer_flop(const Problem& p, int64_t heads) {
   // scores recomputed (4·N·N_k·d), 16·N·N_k·d, for the exact and the emulated run.
   const double N = double(p.seq), Nk = double(p.key_seq()), d = double(p.head_dim);
   return 2.0 * 16.0 * N * Nk * d * double(heads);
+}
+
+double layer_scale(std::span<const double> O, std::span<const double> dQ, std::span<const double> dK,
+                   std::span<const double> dV) {
+  return std::max({max_abs(O), max_abs(dQ), max_abs(dK), max_abs(dV)});
 }
 
 double reference_sampled_flop(const Problem& p, int64_t heads, int64_t queries, int64_t keys) {

@@ -383,7 +383,8 @@ struct Reference {
   // The naive computation's error against each of them (dK, dV: empty where the plan compares fewer).
   std::optional<double> naive_O, naive_dQ, naive_dK, naive_dV;
   double max_abs_score = 0;
-  double layer_scale = 0;  // the largest max |ref| of O, dQ, dK, dV: a zero tensor's scale (max_relative_error)
+  // The scale a tensor that is zero throughout is judged against (dK, dV counted where compared).
+  double scale() const { return layer_scale(O, dQ, dK, dV); }
 
   // FlashAttention's bar: the error may be a small multiple of that of the same computation done
   // naively in the storage precision, plus what exp(S − LSE) costs in fp32 at the largest logit
@@ -391,13 +392,14 @@ struct Reference {
   // apart, so that an error moving between dK and dV cannot cancel.
   Check judge(const Problem& p, const Captured& got) const {
     Check check;
+    const double zero_scale = scale();
     check.reference = plan.kind == ReferencePlan::Kind::sampled
                           ? fmt::format("float64 ({} query and {} key rows of {} head{})", plan.query_rows.size(),
                                         plan.key_rows.size(), plan.heads.size(), plan.heads.size() == 1 ? "" : "s")
                           : "float64";
     auto compare = [&](const char* name, const std::vector<float>& mine, const std::vector<double>& exact,
                        std::optional<double> naive) {
-      const double error = max_relative_error(mine, exact, layer_scale);
+      const double error = max_relative_error(mine, exact, zero_scale);
       check.tensors.push_back({name, error, naive});
       check.max_rel_err = std::max(check.max_rel_err, error);
     };
@@ -535,20 +537,20 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
     Reference ref;
     ref.plan = plan;
     const auto keep = [&](auto exact, const auto& naive) {
-      double& scale = ref.layer_scale;
-      scale = std::max(max_abs(exact.O), max_abs(exact.dQ));
-      if (plan.groups_whole()) scale = std::max({scale, max_abs(exact.dK), max_abs(exact.dV)});
-      ref.naive_O = relative_error(naive.O, exact.O, scale);
-      ref.naive_dQ = relative_error(naive.dQ, exact.dQ, scale);
-      if (plan.groups_whole()) {
-        ref.naive_dK = relative_error(naive.dK, exact.dK, scale);
-        ref.naive_dV = relative_error(naive.dV, exact.dV, scale);
-        ref.dK = std::move(exact.dK);
-        ref.dV = std::move(exact.dV);
-      }
       ref.max_abs_score = exact.max_abs_score;
       ref.O = std::move(exact.O);
       ref.dQ = std::move(exact.dQ);
+      if (plan.groups_whole()) {
+        ref.dK = std::move(exact.dK);
+        ref.dV = std::move(exact.dV);
+      }
+      const double scale = ref.scale();
+      ref.naive_O = relative_error(naive.O, ref.O, scale);
+      ref.naive_dQ = relative_error(naive.dQ, ref.dQ, scale);
+      if (plan.groups_whole()) {
+        ref.naive_dK = relative_error(naive.dK, ref.dK, scale);
+        ref.naive_dV = relative_error(naive.dV, ref.dV, scale);
+      }
     };
     if (plan.kind == ReferencePlan::Kind::whole) {
       keep(reference_layer(shape, Q, K, V, dO), reference_layer(shape, Q, K, V, dO, problem.dtype));

@@ -63,6 +63,11 @@ SampledReference reference_sampled(const ReferenceShape& shape, std::span<const 
                                    std::span<const int64_t> queries, std::span<const int64_t> keys,
                                    std::optional<Dtype> emulate = std::nullopt);
 
+// The largest max |ref| over a layer's O, dQ, dK, dV (an empty one counts 0): the scale against which
+// a tensor of it that is zero throughout is judged (max_relative_error's scale_if_zero).
+double layer_scale(std::span<const double> O, std::span<const double> dQ, std::span<const double> dK,
+                   std::span<const double> dV);
+
 // FLOP of reference_layer on `heads` query heads of `problem`, exact and emulated together: what
 // the check weighs against its budget.
 double reference_layer_flop(const Problem& problem, int64_t heads);
