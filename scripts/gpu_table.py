@@ -9,8 +9,11 @@ peer files side by side) through results.py, and prints, for every (d, N, causal
   `cudnn` backward medians, the ratios FA2/v2 and cuDNN/v2 of the backward times (above 1: v2 is
   faster), flashbench's own `cudnn` implementation and `standard` backward where they ran, and the
   peak memory beyond the inputs of v2 against torch `cudnn` (their `memory.peak_bytes` less
-  `input` bytes; the peers count q, k and v where flashbench's stack has one X, so both are shown
-  without inputs).
+  `input` bytes: what each holds beyond the same q, k, v and dO).
+
+A median marked † is of a phase some of whose samples ran with the GPU throttled (the timing
+protocol's `throttled_samples`; they are left out of the median where enough others remain); the
+table's last line says so when one is.
 
 A missing cell is "–": a peer that did not run the shape, an `oom` or `skipped` row (its status is
 written instead). Every number comes from the files; nothing is restated here. Rows measured with
@@ -79,7 +82,15 @@ def cell_ms(row, phase):
     if row.get("status", "ok") != "ok":
         return row.get("status")
     value = median_ms(row, phase)
-    return f"{value:.3f}" if value is not None else "–"
+    if value is None:
+        return "–"
+    return f"{value:.3f}" + ("†" if throttled(row, phase) else "")
+
+
+def throttled(row, phase):
+    """Whether some of the row's samples of phase ran with the GPU throttled."""
+    count = ((row.get("timing") or {}).get(phase) or {}).get("throttled_samples")
+    return isinstance(count, int) and count > 0
 
 
 def ratio_value(numerator_row, denominator_row, phase="bwd"):
@@ -121,6 +132,8 @@ def markdown(table, implementation):
             f"{cell_ms(flash, 'bwd')} | {cell_ms(cudnn, 'bwd')} | {ratio(flash, ours)} | {ratio(cudnn, ours)} | "
             f"{cell_ms(rows.get('cudnn'), 'bwd')} | {cell_ms(rows.get('standard'), 'bwd')} | "
             f"{gib(peak_beyond_inputs(ours))} | {gib(peak_beyond_inputs(cudnn) if cudnn else None)} |")
+    if any("†" in line for line in lines[2:]):
+        lines += ["", "† some samples ran with the GPU throttled (left out of the median where enough others remain)"]
     return "\n".join(lines)
 
 

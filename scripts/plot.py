@@ -181,6 +181,8 @@ def point_of(row, meta, standard):
         point[f"{phase}_min_ms"], point[f"{phase}_max_ms"] = spread(row, phase)
         point[f"{phase}_flop"] = flop(row, phase)
         point[f"standard_{phase}_ms"] = median_ms(standard, phase) if standard else None
+        throttled = dig(row, "timing", phase, "throttled_samples")
+        point[f"{phase}_throttled"] = throttled if isinstance(throttled, int) else None
     return point
 
 
@@ -460,8 +462,12 @@ def band_handle():
     return Patch(facecolor="#999999", alpha=0.35, label=BAND_NOTE)
 
 
+THROTTLED_NOTE = "x: some samples ran with the GPU throttled"
+
+
 def time_figure(canvas):
-    """Forward and backward median time against N, log-log, with the samples' band."""
+    """Forward and backward median time against N, log-log, with the samples' band; an x on the
+    points whose samples the GPU's clock held down (timing.*.throttled_samples)."""
     figure, axes = canvas.panels(2)
     drawn = set()
     for axis, (phase, phase_name) in zip(axes, PHASES[:2]):
@@ -471,6 +477,10 @@ def time_figure(canvas):
                 canvas.curve(axis, key, [p["seq"] for p in shown], [p[f"{phase}_ms"] for p in shown],
                              [p[f"{phase}_min_ms"] for p in shown], [p[f"{phase}_max_ms"] for p in shown])
                 drawn.add(key)
+                throttled = [p for p in shown if (p[f"{phase}_throttled"] or 0) > 0]
+                if throttled:  # one legend entry for all of them: the legend keeps one handle a label
+                    axis.plot([p["seq"] for p in throttled], [p[f"{phase}_ms"] for p in throttled],
+                              linestyle="none", marker="x", color="#d62728", markersize=9, label=THROTTLED_NOTE)
         n_axis(axis)
         axis.set_yscale("log")
         axis.set_title(f"{phase_name} time")

@@ -66,6 +66,24 @@ class GpuTableTest(unittest.TestCase):
         self.assertEqual(cells[14], f"{(measured['peak_bytes'] - measured['by_tag']['input']) / 2**30:.2f}")
         self.assertEqual(cells[12], "–")  # no cudnn (ours) row in these files
 
+    def test_a_throttled_phase_is_marked(self):
+        self.assertNotIn("†", self.text)  # the fixture's rows predate the count
+        ours = next(row for row in rows_of("bf16-d128-n16384-true.jsonl") if row["impl"] == "v2")
+        marked = json.loads(json.dumps(ours))
+        marked["timing"]["bwd"]["throttled_samples"] = 3
+        marked["timing"]["fwd"]["throttled_samples"] = 0
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "rows.jsonl")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(marked) + "\n")
+            status, text, _ = render([path])
+        self.assertEqual(status, 0)
+        line = next(line for line in text.splitlines() if line.startswith("| 128 | 16384 | yes"))
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        self.assertEqual(cells[3], f"{ours['timing']['fwd']['median_ms']:.3f}")
+        self.assertEqual(cells[6], f"{ours['timing']['bwd']['median_ms']:.3f}†")
+        self.assertIn("† some samples ran with the GPU throttled", text)
+
     def test_only_shapes_with_a_v2_row_sorted_by_head_dim_then_n(self):
         self.assertEqual(len(self.lines), 2)
         self.assertTrue(self.lines[0].startswith("| 64 | 4096 | no"))

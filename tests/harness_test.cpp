@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "flashbench/errors.hpp"
@@ -82,6 +83,12 @@ class FakeDevice final : public Device {
     events.push_back("occupy");
   }
 
+  // Which implementation made each layer call, in order (the rounds of the samples).
+  std::vector<std::string> callers;
+  // The GPU's state as NVML would read it, call by call; none (a CPU) where unset.
+  std::function<std::optional<GpuState>()> state;
+  std::optional<GpuState> gpu_state() const override { return state ? state() : std::nullopt; }
+
   // The profiler's view: every range opened, in order, and those still open.
   std::vector<std::string> ranges, open_ranges;
   void push_range(const std::string& name) override {
@@ -102,7 +109,7 @@ enum class Behaviour { correct, wrong, wrong_dq, moves_dk_to_dv, unsupported, gr
 // Computes the layer with the float64 reference itself (so its answers are right by construction),
 // or misbehaves as asked.
 class FakeDevice;
-void log_layer_call(Device& device);
+void log_layer_call(Device& device, const std::string& caller);
 
 class FakeImplementation final : public Implementation {
  public:
@@ -120,7 +127,7 @@ class FakeImplementation final : public Implementation {
 
   void forward(LayerCall& call, const LayerInputs& in, void* O, KeptTensors&) override {
     ++forward_calls;
-    log_layer_call(call.device);
+    log_layer_call(call.device, name_);
     if (behaviour_ == Behaviour::throws) throw RuntimeFailure("kernel launch failed: too many resources requested");
     if (behaviour_ == Behaviour::greedy) Buffer<float> hog(call.space, Tag::workspace, int64_t{1} << 40);
     const LayerReference r = layer(call.problem, in, nullptr);
@@ -133,7 +140,7 @@ class FakeImplementation final : public Implementation {
   }
   void backward(LayerCall& call, const LayerInputs& in, const void*, const void* dO, KeptTensors&,
                 const LayerGradients& gradients) override {
-    log_layer_call(call.device);
+    log_layer_call(call.device, name_);
     const LayerReference r = layer(call.problem, in, static_cast<const float*>(dO));
     float* dQ = static_cast<float*>(gradients.dQ);
     float* dK = static_cast<float*>(gradients.dK);
@@ -161,7 +168,10 @@ class FakeImplementation final : public Implementation {
   Behaviour behaviour_;
 };
 
-void log_layer_call(Device& device) { static_cast<FakeDevice&>(device).events.push_back("layer"); }
+void log_layer_call(Device& device, const std::string& caller) {
+  static_cast<FakeDevice&>(device).events.push_back("layer");
+  static_cast<FakeDevice&>(device).callers.push_back(caller);
+}
 
 Problem small_problem(int64_t layers = 2) {
   Problem p;
@@ -411,7 +421,10 @@ TEST(Harness, ProfileNamesImplementationsPassesAndLayers) {
   EXPECT_TRUE(device.open_ranges.empty());
   const auto count = [&](const std::string& name) { return std::count(device.ranges.begin(), device.ranges.end(), name); };
   ASSERT_FALSE(device.ranges.empty());
+  // "<impl> <problem>" around each step of its measurement (the measured pass, the warm-up, each
+  // sample, the repeat), as another implementation's steps may come between them in rounds.
   EXPECT_EQ(device.ranges.front(), "correct " + small_problem(2).describe());
+  EXPECT_EQ(count("correct " + small_problem(2).describe()), 1 + 1 + 5 + 1);
   EXPECT_EQ(count("correct measured"), 1);
   EXPECT_EQ(count("correct sample"), 5);  // quick(): five samples, no warm-up beyond the measured pass
   EXPECT_EQ(count("correct warm-up"), 0);
@@ -420,7 +433,106 @@ TEST(Harness, ProfileNamesImplementationsPassesAndLayers) {
   for (const char* layer : {"correct layer 0 forward", "correct layer 1 forward", "correct layer 0 backward",
                             "correct layer 1 backward"})
     EXPECT_EQ(count(layer), 7) << layer;
-  EXPECT_EQ(device.ranges.size(), 1u + 1 + 5 + 1 + 4 * 7);
+  EXPECT_EQ(device.ranges.size(), 8u + 1 + 5 + 1 + 4 * 7);
+}
+
+// The passes of one layer, by whom: every layer call of one pass (a forward and a backward) is one
+// entry.
+std::vector<std::string> passes_by(const FakeDevice& device) {
+  std::vector<std::string> passes;
+  for (size_t i = 0; i < device.callers.size(); i += 2) passes.push_back(device.callers[i]);
+  return passes;
+}
+
+// The one timing protocol: a configuration's implementations are sampled in rounds, each round
+// starting one later (a b, b a, a b, ...), after the measured pass and warm-up of each, so that a
+// drift of the device's state falls on all of them alike; each row names those it alternated with.
+TEST(Harness, ImplementationsAreSampledInRounds) {
+  FakeDevice device;
+  FakeImplementation a("a", Behaviour::correct), b("b", Behaviour::correct);
+  const std::vector<Row> rows = run(device, small_problem(1), {&a, &b});
+  ASSERT_EQ(rows.size(), 2u);
+  const std::vector<std::string> measured{"a", "b"}, rounds{"a", "b", "b", "a", "a", "b", "b", "a", "a", "b"},
+      repeat{"a", "b"};
+  std::vector<std::string> expected = measured;
+  expected.insert(expected.end(), rounds.begin(), rounds.end());
+  expected.insert(expected.end(), repeat.begin(), repeat.end());
+  EXPECT_EQ(passes_by(device), expected);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(rows[k].status, Status::ok) << rows[k].reason;
+    EXPECT_EQ(rows[k].bwd.count(), 5);
+    EXPECT_TRUE(rows[k].sampled_alone.empty());
+  }
+  EXPECT_EQ(rows[0].interleaved_with, std::vector<std::string>{"b"});
+  EXPECT_EQ(rows[1].interleaved_with, std::vector<std::string>{"a"});
+}
+
+// Where the implementations' modelled peaks do not fit side by side, each is measured alone (all its
+// samples, then the next one's), and the row says why.
+TEST(Harness, ImplementationsThatDoNotFitSideBySideAreSampledAlone) {
+  FakeDevice device;
+  FakeImplementation a("a", Behaviour::correct), b("b", Behaviour::correct);
+  const Problem problem = small_problem(1);
+  RunOptions options = quick();
+  std::vector<Implementation*> both{&a, &b};
+  const int64_t peak = Runner(device, options).plan(problem, both)[0].model->peak_bytes;
+  options.mem_limit_bytes = peak + peak / 2;
+  const std::vector<Row> rows = run(device, problem, {&a, &b}, options);
+  std::vector<std::string> expected(7, "a");
+  expected.insert(expected.end(), 7, "b");
+  EXPECT_EQ(passes_by(device), expected);
+  for (const Row& row : rows) {
+    EXPECT_EQ(row.status, Status::ok) << row.reason;
+    EXPECT_TRUE(row.interleaved_with.empty());
+    EXPECT_NE(row.sampled_alone.find("side by side"), std::string::npos) << row.sampled_alone;
+  }
+}
+
+// A sample ran throttled when the GPU's SM clock after it is below the threshold of its maximum, or
+// its power violation time grew during it; the row counts those samples and leaves them out of the
+// statistics where at least min_samples unthrottled ones remain.
+TEST(Harness, ThrottledSamplesAreCountedAndLeftOut) {
+  FakeDevice device;
+  // Calls: the state before the samples, then before and after each sample, then after them all.
+  int calls = 0;
+  device.state = [&calls]() -> std::optional<GpuState> {
+    const int call = calls++;
+    GpuState state;
+    state.max_sm_clock_mhz = 2000;
+    state.sm_clock_mhz = 1980;
+    state.clock_event_reasons = 0;
+    state.power_violation_ns = 0;
+    const int sample = (call - 1) / 2;
+    const bool after_a_sample = call >= 1 && call % 2 == 0;
+    if (after_a_sample && sample == 1) state.sm_clock_mhz = 1500;    // below 0.95 x 2000
+    if (after_a_sample && sample == 4) state.power_violation_ns = 7;  // held down during it
+    return state;
+  };
+  FakeImplementation correct("correct", Behaviour::correct);
+  RunOptions options = quick();
+  options.sampling.max_samples = 7;  // the noise of a steady clock's tiny times: all seven are taken
+  options.sampling.max_noise = 1e-9;
+  const std::vector<Row> rows = run(device, small_problem(1), {&correct}, options);
+  ASSERT_EQ(rows.size(), 1u);
+  for (const TimingSummary* t : {&rows[0].fwd, &rows[0].bwd}) {
+    ASSERT_EQ(t->count(), 7);
+    ASSERT_EQ(t->clocks.size(), 7u);
+    EXPECT_EQ(t->throttled_samples, 2);
+    EXPECT_EQ(t->excluded_samples, 2);
+    EXPECT_EQ(t->clocks[1].throttled, true);
+    EXPECT_EQ(t->clocks[4].throttled, true);
+    EXPECT_EQ(t->clocks[0].throttled, false);
+    EXPECT_EQ(t->clocks[1].sm_clock_mhz, 1500u);
+    EXPECT_EQ(t->summarized_samples().size(), 5u);
+    std::vector<double> kept = t->summarized_samples();
+    std::sort(kept.begin(), kept.end());
+    EXPECT_DOUBLE_EQ(t->median_ms, kept[2]);
+  }
+  // On a device without clocks nothing is claimed either way.
+  FakeDevice cpu;
+  const std::vector<Row> plain = run(cpu, small_problem(1), {&correct});
+  EXPECT_TRUE(plain[0].bwd.clocks.empty());
+  EXPECT_FALSE(plain[0].bwd.throttled_samples.has_value());
 }
 
 // The one timing protocol: every timed region (a pass's forward, its backward) starts on a device

@@ -88,6 +88,8 @@ def gpu_files(folder):
                              [0.8 * scale, 0.82 * scale, 0.79 * scale],
                              {"input": 24 * mib, "activation": None, "kept": mib, "workspace": None, "grad": None},
                              int(61.5 * mib * scale), with_flop=False))
+    # v2's backward at N = 2048 had two samples under a held-down clock (the timing protocol's count).
+    flashbench["rows"][3]["timing"]["bwd"]["throttled_samples"] = 2
     peers.append(gpu_row("torch-sdpa-flash", "v2", 1024, 128, [0.6, 0.62], [1.6, 1.7],
                          {"input": 48 * mib, "activation": None, "kept": mib, "workspace": None, "grad": None},
                          130 * mib, with_flop=False))
@@ -221,6 +223,17 @@ class PlotTest(unittest.TestCase):
                 self.assertAlmostEqual(band["low"][at], min(row["timing"][phase]["samples_ms"]), places=9)
                 self.assertAlmostEqual(band["high"][at], max(row["timing"][phase]["samples_ms"]), places=9)
         self.assertIn("band: min-max of the samples", self.gpu["throughput_vs_seq"]["legend"])
+
+    def test_throttled_points_are_marked(self):
+        figure = self.gpu["time_vs_seq"]
+        note = "x: some samples ran with the GPU throttled"
+        self.assertIn(note, figure["legend"])
+        marks = line(panel(figure, "backward time"), note)
+        v2 = self.gpu_rows[3]
+        self.assertEqual((v2["impl"], v2["problem"]["seq"]), ("v2", 2048))
+        self.assertEqual(marks["x"], [2048.0])
+        self.assertAlmostEqual(marks["y"][0], v2["timing"]["bwd"]["median_ms"], places=9)
+        self.assertFalse(any(entry["label"] == note for entry in panel(figure, "forward time")["lines"]))
 
     def test_rates_are_the_rows_flop_over_their_times(self):
         figure = self.gpu["throughput_vs_seq"]

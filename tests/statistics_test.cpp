@@ -1,10 +1,13 @@
 // Timing summaries, the stopping rules, and the Mann-Whitney U test against values computed
 // independently with SciPy 1.10 (scipy.stats.mannwhitneyu, two-sided).
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 
 #include "flashbench/errors.hpp"
+#include "flashbench/gpu_state.hpp"
 #include "flashbench/statistics.hpp"
 
 namespace flashbench {
@@ -133,4 +136,63 @@ TEST(MannWhitney, IdenticalSamplesGiveNoEvidence) {
 }
 
 }  // namespace
+// Throttled samples are counted and left out of the statistics where at least min_unthrottled
+// unthrottled ones remain (the torch peers' rule), and kept, counted, where fewer do.
+TEST(Statistics, ThrottledSamplesAreLeftOutWhereEnoughRemain) {
+  const std::vector<double> samples{10, 20, 11, 30, 12, 10.5, 11.5};
+  std::vector<SampleClock> clocks(samples.size());
+  for (size_t i = 0; i < clocks.size(); ++i) clocks[i].throttled = samples[i] >= 20;
+  const TimingSummary left_out = summarize(samples, 0.02, clocks, 5);
+  EXPECT_EQ(left_out.throttled_samples, 2);
+  EXPECT_EQ(left_out.excluded_samples, 2);
+  EXPECT_DOUBLE_EQ(left_out.median_ms, 11);
+  EXPECT_DOUBLE_EQ(left_out.max_ms, 12);
+  EXPECT_EQ(left_out.count(), 7);  // samples_ms keeps every sample
+  EXPECT_DOUBLE_EQ(*left_out.median_unthrottled_ms, 11);
+  const std::vector<std::string> warnings = timing_warnings(left_out, "bwd");
+  EXPECT_EQ(std::count_if(warnings.begin(), warnings.end(),
+                          [](const std::string& w) {
+                            return w.find("bwd 2 of 7 samples ran with the GPU throttled (left out") != std::string::npos;
+                          }),
+            1);
+
+  const TimingSummary kept = summarize(samples, 0.02, clocks, 6);  // only 5 unthrottled
+  EXPECT_EQ(kept.throttled_samples, 2);
+  EXPECT_EQ(kept.excluded_samples, 0);
+  EXPECT_DOUBLE_EQ(kept.median_ms, 11.5);
+  EXPECT_DOUBLE_EQ(kept.max_ms, 30);
+
+  std::vector<SampleClock> unknown(samples.size());  // readings that told nothing
+  EXPECT_FALSE(summarize(samples, 0.02, unknown, 5).throttled_samples.has_value());
+  EXPECT_THROW(summarize(samples, 0.02, std::vector<SampleClock>(3), 5), std::invalid_argument);
+
+  // Rounds merge with their clocks.
+  const TimingSummary merged = merge_rounds({left_out, left_out}, 0.02);
+  EXPECT_EQ(merged.throttled_samples, 4);
+  EXPECT_EQ(merged.excluded_samples, 4);
+  EXPECT_EQ(merged.count(), 14);
+}
+
+// The throttling rule of one sample from the states around it.
+TEST(Statistics, ASampleIsThrottledByItsClockOrAViolationDuringIt) {
+  GpuState before, after;
+  EXPECT_FALSE(sample_throttled(before, after, 0.95).has_value());  // nothing read
+  after.max_sm_clock_mhz = 1980;
+  after.sm_clock_mhz = 1980;
+  EXPECT_EQ(sample_throttled(before, after, 0.95), false);
+  after.sm_clock_mhz = 1800;
+  EXPECT_EQ(sample_throttled(before, after, 0.95), true);
+  EXPECT_EQ(sample_throttled(before, after, 0.9), false);
+  before.power_violation_ns = 100;
+  after.power_violation_ns = 100;
+  EXPECT_EQ(sample_throttled(before, after, 0.9), false);
+  after.power_violation_ns = 101;
+  EXPECT_EQ(sample_throttled(before, after, 0.9), true);
+  after.power_violation_ns = 100;
+  after.clock_event_reasons = 0x1;  // gpu_idle: not throttling
+  EXPECT_EQ(sample_throttled(before, after, 0.9), false);
+  after.clock_event_reasons = 0x4;  // sw_power_cap
+  EXPECT_EQ(sample_throttled(before, after, 0.9), true);
+}
+
 }  // namespace flashbench

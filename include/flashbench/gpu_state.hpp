@@ -14,6 +14,7 @@ namespace flashbench {
 
 struct GpuState {
   std::optional<unsigned> sm_clock_mhz, memory_clock_mhz;
+  std::optional<unsigned> max_sm_clock_mhz;  // the highest SM clock the GPU runs at
   std::optional<unsigned> power_mw, power_limit_mw;  // draw now and the enforced limit [mW]
   std::optional<unsigned> temperature_c;
   // Why the clocks are below their maximum now: NVML's clocks event (throttle) reason bits.
@@ -35,5 +36,12 @@ std::vector<std::string> clock_event_reason_names(uint64_t reasons);
 // time grew, or a power / thermal / hardware slowdown reason is set at the end. Idle, the
 // application clocks setting, sync boost and the display clock are not throttling.
 std::optional<std::string> throttle_warning(const GpuState& start, const GpuState& end);
+
+// Whether a sample ran throttled, from the states read just before and just after it: a power or
+// thermal violation time grew in between, a power / thermal / hardware slowdown reason is set after
+// it, or the SM clock after it is below `threshold` x the maximum (the torch peers' rule,
+// scripts/peers/timing.py is_throttled, with NVML's violation counters besides). Nothing where the
+// states tell none of these.
+std::optional<bool> sample_throttled(const GpuState& before, const GpuState& after, double threshold);
 
 }  // namespace flashbench

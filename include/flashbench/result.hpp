@@ -110,6 +110,11 @@ struct Row {
   // The GPU's clocks, power and throttling before and after the timed samples (NVML; CUDA rows where
   // NVML answers).
   std::optional<GpuState> gpu_start, gpu_end;
+  // The implementations whose samples alternated with this row's in rounds (the runner takes a
+  // configuration's samples so where the implementations fit in memory side by side); empty when
+  // it was sampled alone, and then sampled_alone says why where others were measured too.
+  std::vector<std::string> interleaved_with;
+  std::string sampled_alone;
   // run --trace: the ledger's history during the measured pass (written as a trace file, not as a
   // field of the results).
   std::shared_ptr<const MemoryTimeline> timeline;

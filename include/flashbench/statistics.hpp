@@ -1,14 +1,24 @@
 #pragma once
 // Summaries of repeated timings, and the rule that decides when to stop repeating.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace flashbench {
 
+// One sample's GPU clocks as read just after it (the timing protocol; docs/json.md "timing").
+struct SampleClock {
+  std::optional<unsigned> sm_clock_mhz;
+  std::optional<uint64_t> clock_event_reasons;  // NVML's clocks event reason bits
+  std::optional<bool> throttled;                // nothing where the readings tell nothing
+};
+
 struct TimingSummary {
   std::vector<double> samples_ms;  // in the order they were taken [ms]
+  // The statistics below are of every sample, or of the unthrottled ones where some sample ran
+  // throttled and at least min_unthrottled known-unthrottled ones remain (excluded_samples > 0).
   double median_ms = 0, mean_ms = 0, stddev_ms = 0, min_ms = 0, max_ms = 0;  // [ms]
   double cv = 0;            // coefficient of variation, stddev / mean
   double median_noise = 0;  // relative half-width of the median's ~95% confidence interval
@@ -19,13 +29,27 @@ struct TimingSummary {
   // Rounds are whole passes over the sweep, so their spread shows variation between runs that the
   // samples of one round, taken back to back, do not.
   std::vector<double> round_medians_ms;
+  // Per sample, in samples_ms's order, where the device reads its clocks (a GPU through NVML);
+  // empty elsewhere.
+  std::vector<SampleClock> clocks;
+  std::optional<int64_t> throttled_samples;  // of `clocks`; nothing where none of them told
+  int64_t excluded_samples = 0;              // throttled samples the statistics leave out
+  int64_t min_unthrottled = 1;               // ... where at least this many unthrottled remain
+  std::optional<double> median_unthrottled_ms;
   int64_t count() const { return static_cast<int64_t>(samples_ms.size()); }
+  // The samples the statistics are made of: every one, or the unthrottled ones (excluded_samples).
+  std::vector<double> summarized_samples() const;
 };
 
-TimingSummary summarize(std::vector<double> samples_ms, double max_noise);
+// The summary of `samples_ms`; with `clocks` (one per sample, or empty) the throttled samples are
+// counted and left out of the statistics where at least `min_unthrottled` unthrottled ones remain,
+// as the torch peers' protocol does (scripts/peers/timing.py, summary).
+TimingSummary summarize(std::vector<double> samples_ms, double max_noise, std::vector<SampleClock> clocks = {},
+                        int64_t min_unthrottled = 1);
 
 // One summary of several rounds of the same measurement: their samples in round order, summarized
-// as one series, and each round's median in round_medians_ms.
+// as one series (their clocks with them where every round has them), and each round's median in
+// round_medians_ms.
 TimingSummary merge_rounds(const std::vector<TimingSummary>& rounds, double max_noise);
 
 // One line per problem with a summary, naming `phase` ("fwd", "bwd"): noise above target,
@@ -46,11 +70,14 @@ struct SamplingPolicy {
   int max_samples = 1000;
   double max_noise = 0.02;   // stop once the median's relative noise is below this
   double max_time_s = 10.0;  // or once this much time went into samples [s]
+  // A sample ran throttled when the GPU's SM clock after it is below this fraction of its maximum
+  // (or a power / thermal / hardware slowdown held the clock down during it): --throttle-threshold.
+  double throttle_threshold = 0.95;
 };
 inline constexpr int kMinSamplesFloor = 5;  // fewer samples give no confidence interval worth the name
 
 // Throws UsageError naming the flag of the first bad field (--warmup, --warmup-time,
-// --min-samples, --max-samples, --max-noise, --max-time).
+// --min-samples, --max-samples, --max-noise, --max-time, --throttle-threshold).
 void validate(const SamplingPolicy& policy);
 
 // True while more untimed warm-up runs are needed: fewer than policy.warmup runs, or less than

@@ -69,7 +69,7 @@ inline constexpr uint64_t kMaxConfigurations = 65536;
 // head_dim, layers (an integer, a list of integers, or a list/range string as parse_int_list takes),
 // causal and expand_kv (bool, "both" or list of bools), dropout (a number or a list), dtype (name or list), variants ("all" or list), impls (list of implementation names),
 // backend, threads, and sampling {warmup,
-// warmup_ms, min_samples, max_samples, max_noise, max_time_s}. Unknown keys are usage errors.
+// warmup_ms, min_samples, max_samples, max_noise, max_time_s, throttle_threshold}. Unknown keys are usage errors.
 SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name);
 SweepSpec load_sweep_file(const std::string& path);  // throws UsageError when unreadable or invalid
 // The inverse: a sweep file that parse_sweep_json reads back to the same spec (every key written,
@@ -92,7 +92,7 @@ struct SweepOverrides {
   std::optional<std::string> backend;
   std::optional<int> threads;
   std::optional<int> warmup, min_samples, max_samples;
-  std::optional<double> warmup_ms, max_noise, max_time_s;
+  std::optional<double> warmup_ms, max_noise, max_time_s, throttle_threshold;
 };
 void apply_overrides(SweepSpec& spec, const SweepOverrides& overrides);
 

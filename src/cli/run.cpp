@@ -547,6 +547,9 @@ void register_run(CLI::App& app) {
                                    "Stop once the median's relative noise is below this (default 0.02)");
   sub->add_option_function<double>("--max-time", [flags](double v) { flags->sweep.max_time_s = v; },
                                    "Or once this many seconds went into samples of one configuration (default 10)");
+  sub->add_option_function<double>("--throttle-threshold", [flags](double v) { flags->sweep.throttle_threshold = v; },
+                                   "GPU: a sample whose SM clock is below this fraction of the maximum ran throttled "
+                                   "(left out of the median where enough others remain; default 0.95)");
   sub->add_option("--format,-f", flags->format, std::string("Output format: ") + std::string(kReportFormats))
       ->capture_default_str();
   optional_string("--out,-o", flags->out, "Write the report to this file (atomically)");

@@ -45,6 +45,7 @@ struct Nvml {
   const char* (*error_string)(NvmlReturn);
   NvmlReturn (*handle_by_pci_bus_id)(const char*, NvmlDevice*);
   NvmlReturn (*clock_info)(NvmlDevice, int, unsigned*);
+  NvmlReturn (*max_clock_info)(NvmlDevice, int, unsigned*);
   NvmlReturn (*power_usage)(NvmlDevice, unsigned*);
   NvmlReturn (*power_limit)(NvmlDevice, unsigned*);
   NvmlReturn (*temperature)(NvmlDevice, int, unsigned*);
@@ -70,6 +71,7 @@ const Nvml* open_nvml(std::string& why_not) {
     n.error_string = reinterpret_cast<decltype(n.error_string)>(symbol("nvmlErrorString"));
     n.handle_by_pci_bus_id = reinterpret_cast<decltype(n.handle_by_pci_bus_id)>(symbol("nvmlDeviceGetHandleByPciBusId_v2"));
     n.clock_info = reinterpret_cast<decltype(n.clock_info)>(symbol("nvmlDeviceGetClockInfo"));
+    n.max_clock_info = reinterpret_cast<decltype(n.max_clock_info)>(symbol("nvmlDeviceGetMaxClockInfo"));
     n.power_usage = reinterpret_cast<decltype(n.power_usage)>(symbol("nvmlDeviceGetPowerUsage"));
     n.power_limit = reinterpret_cast<decltype(n.power_limit)>(symbol("nvmlDeviceGetEnforcedPowerLimit"));
     n.temperature = reinterpret_cast<decltype(n.temperature)>(symbol("nvmlDeviceGetTemperature"));
@@ -116,6 +118,8 @@ std::optional<GpuState> read_gpu_state(std::string_view pci_bus_id, std::string&
     state.sm_clock_mhz = ask<unsigned>([&](unsigned* v) { return nvml->clock_info(device, kClockSm, v); });
     state.memory_clock_mhz = ask<unsigned>([&](unsigned* v) { return nvml->clock_info(device, kClockMemory, v); });
   }
+  if (nvml->max_clock_info)
+    state.max_sm_clock_mhz = ask<unsigned>([&](unsigned* v) { return nvml->max_clock_info(device, kClockSm, v); });
   if (nvml->power_usage) state.power_mw = ask<unsigned>([&](unsigned* v) { return nvml->power_usage(device, v); });
   if (nvml->power_limit) state.power_limit_mw = ask<unsigned>([&](unsigned* v) { return nvml->power_limit(device, v); });
   if (nvml->temperature)
@@ -160,6 +164,18 @@ std::optional<std::string> throttle_warning(const GpuState& start, const GpuStat
   std::string text = "the GPU throttled during the samples: ";
   for (size_t i = 0; i < parts.size(); ++i) text += (i ? "; " : "") + parts[i];
   return text;
+}
+
+std::optional<bool> sample_throttled(const GpuState& before, const GpuState& after, double threshold) {
+  const auto grew = [](const std::optional<uint64_t>& a, const std::optional<uint64_t>& b) { return a && b && *b > *a; };
+  if (grew(before.power_violation_ns, after.power_violation_ns) ||
+      grew(before.thermal_violation_ns, after.thermal_violation_ns))
+    return true;
+  if (after.clock_event_reasons && (*after.clock_event_reasons & kThrottling)) return true;
+  if (after.sm_clock_mhz && after.max_sm_clock_mhz && *after.max_sm_clock_mhz > 0)
+    return double(*after.sm_clock_mhz) < threshold * double(*after.max_sm_clock_mhz);
+  if (after.clock_event_reasons) return false;
+  return std::nullopt;
 }
 
 }  // namespace flashbench

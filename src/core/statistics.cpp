@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -33,12 +34,45 @@ double median_noise(const std::vector<double>& samples_ms) {
   return 0.5 * (upper - lower) / median;
 }
 
-TimingSummary summarize(std::vector<double> samples_ms, double max_noise) {
+std::vector<double> TimingSummary::summarized_samples() const {
+  if (excluded_samples == 0 || clocks.size() != samples_ms.size()) return samples_ms;
+  std::vector<double> kept;
+  for (size_t i = 0; i < samples_ms.size(); ++i)
+    if (clocks[i].throttled == false) kept.push_back(samples_ms[i]);
+  return kept;
+}
+
+TimingSummary summarize(std::vector<double> samples_ms, double max_noise, std::vector<SampleClock> clocks,
+                        int64_t min_unthrottled) {
   TimingSummary s;
   s.samples_ms = std::move(samples_ms);
-  const size_t n = s.samples_ms.size();
-  if (n == 0) return s;
-  std::vector<double> sorted = s.samples_ms;
+  s.noise_target = max_noise;
+  s.min_unthrottled = std::max<int64_t>(1, min_unthrottled);
+  if (!clocks.empty() && clocks.size() != s.samples_ms.size())
+    throw std::invalid_argument(fmt::format("{} clock readings for {} samples", clocks.size(), s.samples_ms.size()));
+  s.clocks = std::move(clocks);
+  const size_t n_all = s.samples_ms.size();
+  if (n_all == 0) return s;
+  std::vector<double> unthrottled;
+  int64_t throttled = 0;
+  bool known = false;
+  for (size_t i = 0; i < s.clocks.size(); ++i) {
+    if (!s.clocks[i].throttled) continue;
+    known = true;
+    if (*s.clocks[i].throttled) ++throttled;
+    else unthrottled.push_back(s.samples_ms[i]);
+  }
+  if (known) s.throttled_samples = throttled;
+  if (!unthrottled.empty()) {
+    std::vector<double> sorted = unthrottled;
+    std::sort(sorted.begin(), sorted.end());
+    s.median_unthrottled_ms = sorted_median(sorted);
+  }
+  const bool exclude = throttled > 0 && int64_t(unthrottled.size()) >= s.min_unthrottled;
+  if (exclude) s.excluded_samples = int64_t(n_all - unthrottled.size());
+  const std::vector<double>& kept = exclude ? unthrottled : s.samples_ms;
+  const size_t n = kept.size();
+  std::vector<double> sorted = kept;
   std::sort(sorted.begin(), sorted.end());
   s.median_ms = sorted_median(sorted);
   s.min_ms = sorted.front();
@@ -48,18 +82,26 @@ TimingSummary summarize(std::vector<double> samples_ms, double max_noise) {
   for (double x : sorted) squares += (x - s.mean_ms) * (x - s.mean_ms);
   s.stddev_ms = n > 1 ? std::sqrt(squares / double(n - 1)) : 0.0;
   s.cv = s.mean_ms > 0 ? s.stddev_ms / s.mean_ms : 0.0;
-  s.median_noise = median_noise(s.samples_ms);
-  s.noise_target = max_noise;
+  s.median_noise = median_noise(kept);
   s.noisy = s.median_noise > max_noise;
   // A first sample 50% slower than the median signals a cold start the warm-up did not absorb.
-  s.first_outlier = n >= 3 && s.samples_ms.front() > 1.5 * s.median_ms;
+  s.first_outlier = n_all >= 3 && s.samples_ms.front() > 1.5 * s.median_ms;
   return s;
 }
 
 TimingSummary merge_rounds(const std::vector<TimingSummary>& rounds, double max_noise) {
   std::vector<double> samples;
-  for (const TimingSummary& round : rounds) samples.insert(samples.end(), round.samples_ms.begin(), round.samples_ms.end());
-  TimingSummary merged = summarize(std::move(samples), max_noise);
+  std::vector<SampleClock> clocks;
+  bool every_round_clocked = !rounds.empty();
+  int64_t min_unthrottled = 1;
+  for (const TimingSummary& round : rounds) {
+    samples.insert(samples.end(), round.samples_ms.begin(), round.samples_ms.end());
+    clocks.insert(clocks.end(), round.clocks.begin(), round.clocks.end());
+    every_round_clocked = every_round_clocked && round.clocks.size() == round.samples_ms.size() && !round.clocks.empty();
+    min_unthrottled = std::max(min_unthrottled, round.min_unthrottled);
+  }
+  if (!every_round_clocked) clocks.clear();
+  TimingSummary merged = summarize(std::move(samples), max_noise, std::move(clocks), min_unthrottled);
   for (const TimingSummary& round : rounds) merged.round_medians_ms.push_back(round.median_ms);
   return merged;
 }
@@ -73,6 +115,12 @@ std::vector<std::string> timing_warnings(const TimingSummary& summary, std::stri
   if (summary.first_outlier)
     warnings.push_back(fmt::format("{} first sample {:.2f}x the median (cold start; more --warmup?)", phase,
                                    summary.samples_ms.front() / summary.median_ms));
+  if (summary.throttled_samples && *summary.throttled_samples > 0)
+    warnings.push_back(fmt::format("{} {} of {} samples ran with the GPU throttled ({})", phase,
+                                   *summary.throttled_samples, summary.count(),
+                                   summary.excluded_samples > 0
+                                       ? "left out of the statistics"
+                                       : fmt::format("kept: fewer than {} ran unthrottled", summary.min_unthrottled)));
   return warnings;
 }
 
@@ -88,6 +136,9 @@ void validate(const SamplingPolicy& policy) {
     throw UsageError(fmt::format("--max-noise must be a fraction in (0, 1), e.g. 0.02 (got {})", policy.max_noise));
   if (!(policy.max_time_s > 0))
     throw UsageError(fmt::format("--max-time must be positive [s] (got {})", policy.max_time_s));
+  if (!(policy.throttle_threshold >= 0 && policy.throttle_threshold <= 1))
+    throw UsageError(fmt::format("--throttle-threshold must be a fraction in [0, 1], e.g. 0.95 (got {})",
+                                 policy.throttle_threshold));
 }
 
 bool needs_more_warmup(const SamplingPolicy& policy, int runs_done, double elapsed_ms) {

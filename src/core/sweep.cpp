@@ -342,6 +342,7 @@ SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name) 
           else if (name == "max_samples") s.max_samples = number_field<int>(field, name);
           else if (name == "max_noise") s.max_noise = number_field<double>(field, name);
           else if (name == "max_time_s") s.max_time_s = number_field<double>(field, name);
+          else if (name == "throttle_threshold") s.throttle_threshold = number_field<double>(field, name);
           else throw UsageError(fmt::format("unknown key 'sampling.{}'", name));
         }
       } else throw UsageError(fmt::format("unknown key '{}'", key));
@@ -383,7 +384,8 @@ nlohmann::ordered_json sweep_to_json(const SweepSpec& spec) {
   j["threads"] = spec.threads;
   const SamplingPolicy& s = spec.sampling;
   j["sampling"] = {{"warmup", s.warmup},           {"warmup_ms", s.warmup_ms},   {"min_samples", s.min_samples},
-                   {"max_samples", s.max_samples}, {"max_noise", s.max_noise}, {"max_time_s", s.max_time_s}};
+                   {"max_samples", s.max_samples}, {"max_noise", s.max_noise}, {"max_time_s", s.max_time_s},
+                   {"throttle_threshold", s.throttle_threshold}};
   return j;
 }
 
@@ -420,6 +422,7 @@ void apply_overrides(SweepSpec& spec, const SweepOverrides& o) {
   if (o.max_samples) spec.sampling.max_samples = *o.max_samples;
   if (o.max_noise) spec.sampling.max_noise = *o.max_noise;
   if (o.max_time_s) spec.sampling.max_time_s = *o.max_time_s;
+  if (o.throttle_threshold) spec.sampling.throttle_threshold = *o.throttle_threshold;
 }
 
 SweepSpec resolve_sweep(const std::optional<std::string>& config_path, const SweepOverrides& overrides) {

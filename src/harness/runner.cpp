@@ -572,78 +572,131 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
 // How long the device is kept busy before each timed region (Device::occupy). [ms]
 constexpr double kOccupyMs = 0.5;
 
-// One implementation, in a fresh memory space behind a fresh ledger: the measured pass (memory,
-// outputs for the check), warm-up and samples under the one stopping rule. Throws what the device
-// or the implementation throws; the caller turns it into the row's status.
-void measure(Device& device, const RunOptions& options, const Problem& problem, Implementation& implementation,
-             const Setting& s, const std::optional<Reference>& reference, Row& row) {
-  MemoryLedger ledger(s.limit.value_or(MemoryLedger::kUnlimited));
-  std::unique_ptr<MemorySpace> space = device.open_space(ledger);
-  space->reset_os_peak();
-  ledger.set_phase(Phase::setup);
-  std::vector<InputSet> inputs;
+// One implementation's measurement, in a fresh memory space behind a fresh ledger, alive from its
+// measured pass (memory, outputs for the check) through its warm-up and samples to its repeat pass.
+// The runner keeps those of a configuration alive together where they fit, so that their samples
+// are taken in rounds (A B C, B C A, ...) and a drift of the device's state (clocks under a power
+// cap, the host's load) falls on all of them alike. Every step throws what the device or the
+// implementation throws; the runner turns it into the row's status.
+class Measurement {
+ public:
+  // Sets up the inputs and the layer stack and runs the measured pass (and the check).
+  Measurement(Device& device, const RunOptions& options, const Problem& problem, Implementation& implementation,
+              const Setting& s, const std::optional<Reference>& reference, Row& row);
+  Measurement(const Measurement&) = delete;
+  Measurement& operator=(const Measurement&) = delete;
+
+  // Untimed runs until the policy's warm-up is done (the measured pass counts as the first).
+  void warm_up();
+  // One sample: the forward and the backward, each timed from a busy device, and the GPU's clocks
+  // around them.
+  void sample();
+  // The stopping rule holds: enough samples, steady medians, or the time or count spent.
+  bool done() const { return !needs_more_samples(options_.sampling, {&fwd_ms_, &bwd_ms_}, sampling_seconds_); }
+  // The summaries, then the measured computation once more: the same bits again?
+  void finish();
+
+ private:
+  // A device range "<impl> <pass>" (--profile), or none.
+  std::string pass_range(std::string_view pass) const {
+    return options_.name_ranges ? fmt::format("{} {}", implementation_.name(), pass) : std::string();
+  }
+  // The work between two marks of the timer, started on a busy device, so that what the host does
+  // to queue it is hidden the same way for every implementation (Device::occupy): its time is the
+  // device's work alone.
+  template <class Work>
+  void timed(Work&& work) {
+    device_.occupy(kOccupyMs);
+    timer_->mark();
+    work();
+    timer_->mark();
+  }
+  // One forward and one backward on the next input set, timed: [fwd, the gap, bwd] in ms.
+  std::vector<double> pass();
+
+  Device& device_;
+  const RunOptions& options_;
+  const Problem& problem_;
+  Implementation& implementation_;
+  const Setting& setting_;
+  Row& row_;
+  MemoryLedger ledger_;
+  std::unique_ptr<MemorySpace> space_;
+  std::vector<InputSet> inputs_;
+  std::unique_ptr<LayerStack> stack_;
+  std::unique_ptr<PhaseTimer> timer_;
+  uint64_t results_hash_ = 0;
+  int warmups_done_ = 1;
+  double warmup_ms_ = 0;
+  int64_t next_set_ = 1;
+  std::vector<double> fwd_ms_, bwd_ms_;
+  std::vector<SampleClock> clocks_;  // one a sample where the device reads its clocks
+  double sampling_seconds_ = 0;      // spent in this implementation's samples, for the stopping rule
+};
+
+Measurement::Measurement(Device& device, const RunOptions& options, const Problem& problem,
+                         Implementation& implementation, const Setting& s, const std::optional<Reference>& reference,
+                         Row& row)
+    : device_(device),
+      options_(options),
+      problem_(problem),
+      implementation_(implementation),
+      setting_(s),
+      row_(row),
+      ledger_(s.limit.value_or(MemoryLedger::kUnlimited)),
+      space_(device.open_space(ledger_)) {
+  space_->reset_os_peak();
+  ledger_.set_phase(Phase::setup);
   for (int64_t set = 0; set < s.params.input_sets; ++set)
-    inputs.emplace_back(device, *space, problem, s.seed, set, s.input_scale);
+    inputs_.emplace_back(device, *space_, problem, s.seed, set, s.input_scale);
   Reproducibility& reproducibility = row.reproducibility.emplace();
   reproducibility.seed = options.seed;
   reproducibility.input_scale = s.input_scale;
-  reproducibility.inputs_hash = hex(hash_inputs(device, problem, inputs[0], kFnvOffset));
-  row.hazards = input_hazards(problem, logit_bound(device, problem, inputs[0]));
-  LayerStack stack(problem, implementation, device, *space, s.seed);
-  // The passes' device ranges, "<impl> <pass>" (--profile), or none.
-  const auto pass_range = [&](std::string_view pass) {
-    return options.name_ranges ? fmt::format("{} {}", implementation.name(), pass) : std::string();
-  };
-  if (options.name_ranges) stack.name_ranges(std::string(implementation.name()));
-  std::unique_ptr<PhaseTimer> timer = device.timer();
+  reproducibility.inputs_hash = hex(hash_inputs(device, problem, inputs_[0], kFnvOffset));
+  row.hazards = input_hazards(problem, logit_bound(device, problem, inputs_[0]));
+  stack_ = std::make_unique<LayerStack>(problem, implementation, device, *space_, s.seed);
+  if (options.name_ranges) stack_->name_ranges(std::string(implementation.name()));
+  timer_ = device.timer();
   inject_failure(implementation);
-  // A timed region starts on a busy device, so that what the host does to queue it is hidden the
-  // same way for every implementation (Device::occupy); its time is the device's work alone.
-  const auto timed = [&](auto&& work) {
-    device.occupy(kOccupyMs);
-    timer->mark();
-    work();
-    timer->mark();
-  };
 
   // The measured pass: memory (the ledger and the outside view) and the outputs for the check.
   device.synchronize();
-  ledger.reset_peaks();
+  ledger_.reset_peaks();
   if (options.cold) device.flush_caches();
   // The timeline starts where the peak does, from the same live bytes, so that its replay reaches
   // exactly the measured peak.
   std::shared_ptr<MemoryTimeline> timeline;
   if (options.record_timeline) {
-    timeline = std::make_shared<MemoryTimeline>(ledger.live());
-    ledger.attach(timeline.get());
+    timeline = std::make_shared<MemoryTimeline>(ledger_.live());
+    ledger_.attach(timeline.get());
   }
   // Detached before the timeline goes, however this pass ends: the stack's buffers outlive it.
   struct Detach {
     MemoryLedger& ledger;
     ~Detach() { ledger.attach(nullptr); }
-  } const detach{ledger};
+  } const detach{ledger_};
   std::optional<DeviceRange> measured_range;
   measured_range.emplace(device, pass_range("measured"));
-  ledger.set_phase(Phase::fwd);
+  ledger_.set_phase(Phase::fwd);
   timed([&] {
     const ScopedSpan span(timeline.get(), "forward");
-    stack.forward(inputs[0].data);
+    stack_->forward(inputs_[0].data);
   });
-  const uint64_t output_hash = hash_outputs(device, problem, stack, kFnvOffset);
+  const uint64_t output_hash = hash_outputs(device, problem, *stack_, kFnvOffset);
   Captured captured;
-  if (reference) captured.O = gather_queries(device, stack.output(0), problem.dtype, problem, reference->plan);
-  row.measured.kept_bytes = ledger.live()[Tag::kept];
-  ledger.set_phase(Phase::bwd);
+  if (reference) captured.O = gather_queries(device, stack_->output(0), problem.dtype, problem, reference->plan);
+  row.measured.kept_bytes = ledger_.live()[Tag::kept];
+  ledger_.set_phase(Phase::bwd);
   LayerStack::Gradients gradients;
   timed([&] {
     const ScopedSpan span(timeline.get(), "backward");
-    gradients = stack.backward(inputs[0].data);
+    gradients = stack_->backward(inputs_[0].data);
   });
   device.synchronize();
   measured_range.reset();
   const Dtype gradient_dtype = device.gradient_dtype(problem);
-  const uint64_t results_hash = hash_gradients(device, problem, gradients, output_hash);
-  reproducibility.results_hash = hex(results_hash);
+  results_hash_ = hash_gradients(device, problem, gradients, output_hash);
+  reproducibility.results_hash = hex(results_hash_);
   if (reference) {
     const ReferencePlan& plan = reference->plan;
     captured.dQ = gather_queries(device, gradients.dQ.data(), gradient_dtype, problem, plan);
@@ -653,63 +706,87 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
     }
   }
   gradients = {};
-  row.measured.peak_bytes = ledger.peak_bytes();
-  row.measured.peak_phase = ledger.peak_phase();
-  row.measured.by_tag = ledger.at_peak();
-  row.measured.high_water = ledger.high_water();
-  row.measured.os_peak_bytes = space->os_peak_bytes();
-  ledger.attach(nullptr);  // the samples below run untraced
+  row.measured.peak_bytes = ledger_.peak_bytes();
+  row.measured.peak_phase = ledger_.peak_phase();
+  row.measured.by_tag = ledger_.at_peak();
+  row.measured.high_water = ledger_.high_water();
+  row.measured.os_peak_bytes = space_->os_peak_bytes();
+  ledger_.attach(nullptr);  // the samples below run untraced
   row.timeline = std::move(timeline);
-  const std::vector<double> first = timer->intervals_ms();  // fwd, the gap, bwd
+  const std::vector<double> first = timer_->intervals_ms();  // fwd, the gap, bwd
+  warmup_ms_ = first[0] + first[2];
   if (reference) {
     row.check = reference->judge(problem, captured);
     row.check->not_compared = reference->plan.partial;
   }
+}
 
-  // Warm-up (the measured pass counts as the first run), then samples until the median is steady,
-  // rotating input sets so that no sample finds its inputs in a cache.
-  const SamplingPolicy& policy = options.sampling;
-  int warmups_done = 1;
-  double warmup_ms = first[0] + first[2];
-  int64_t next_set = 1;
-  std::vector<double> fwd_ms, bwd_ms;
-  row.gpu_start = device.gpu_state();  // the GPU's clocks and throttling around the timed runs
-  auto sampling_start = std::chrono::steady_clock::now();
-  auto seconds_sampling = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - sampling_start).count();
-  };
-  while (true) {
-    const bool warming_up = needs_more_warmup(policy, warmups_done, warmup_ms);
-    if (!warming_up && !needs_more_samples(policy, {&fwd_ms, &bwd_ms}, seconds_sampling())) break;
-    const InputSet& set = inputs[size_t(next_set++ % s.params.input_sets)];
-    const DeviceRange range(device, pass_range(warming_up ? "warm-up" : "sample"));
-    if (options.cold) device.flush_caches();
-    ledger.set_phase(Phase::fwd);
-    timed([&] { stack.forward(set.data); });
-    ledger.set_phase(Phase::bwd);
-    timed([&] { const LayerStack::Gradients sample_gradients = stack.backward(set.data); });
-    const std::vector<double> times = timer->intervals_ms();  // fwd, the gap, bwd
-    if (warming_up) {
-      ++warmups_done;
-      warmup_ms += times[0] + times[2];
-      if (!needs_more_warmup(policy, warmups_done, warmup_ms)) sampling_start = std::chrono::steady_clock::now();
-      continue;
-    }
-    fwd_ms.push_back(times[0]);
-    bwd_ms.push_back(times[2]);
+std::vector<double> Measurement::pass() {
+  // Input sets rotate, so that no sample finds its inputs in a cache.
+  const InputSet& set = inputs_[size_t(next_set_++ % setting_.params.input_sets)];
+  if (options_.cold) device_.flush_caches();
+  ledger_.set_phase(Phase::fwd);
+  timed([&] { stack_->forward(set.data); });
+  ledger_.set_phase(Phase::bwd);
+  timed([&] { const LayerStack::Gradients sample_gradients = stack_->backward(set.data); });
+  return timer_->intervals_ms();  // fwd, the gap, bwd
+}
+
+void Measurement::warm_up() {
+  row_.gpu_start = device_.gpu_state();  // the GPU's clocks and throttling around the timed runs
+  while (needs_more_warmup(options_.sampling, warmups_done_, warmup_ms_)) {
+    const DeviceRange range(device_, pass_range("warm-up"));
+    const std::vector<double> times = pass();
+    ++warmups_done_;
+    warmup_ms_ += times[0] + times[2];
   }
-  row.gpu_end = device.gpu_state();
-  row.fwd = summarize(std::move(fwd_ms), policy.max_noise);
-  row.bwd = summarize(std::move(bwd_ms), policy.max_noise);
+}
+
+void Measurement::sample() {
+  const auto started = std::chrono::steady_clock::now();
+  const std::optional<GpuState> before = device_.gpu_state();
+  std::vector<double> times;
+  {
+    const DeviceRange range(device_, pass_range("sample"));
+    times = pass();
+  }
+  if (const std::optional<GpuState> after = device_.gpu_state(); before && after)
+    clocks_.push_back({after->sm_clock_mhz, after->clock_event_reasons,
+                       sample_throttled(*before, *after, options_.sampling.throttle_threshold)});
+  fwd_ms_.push_back(times[0]);
+  bwd_ms_.push_back(times[2]);
+  sampling_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+}
+
+void Measurement::finish() {
+  row_.gpu_end = device_.gpu_state();
+  const SamplingPolicy& policy = options_.sampling;
+  // One reading covers a sample's forward and backward: the clocks are read after both.
+  if (clocks_.size() != fwd_ms_.size()) clocks_.clear();
+  row_.fwd = summarize(std::move(fwd_ms_), policy.max_noise, clocks_, policy.min_samples);
+  row_.bwd = summarize(std::move(bwd_ms_), policy.max_noise, std::move(clocks_), policy.min_samples);
 
   // The measured computation once more on input set 0, untimed: the same bits again? (Atomic
   // accumulation makes some GPU kernels differ run to run.)
-  const DeviceRange repeat_range(device, pass_range("repeat"));
-  stack.forward(inputs[0].data);
-  const uint64_t output_again = hash_outputs(device, problem, stack, kFnvOffset);
-  const LayerStack::Gradients gradients_again = stack.backward(inputs[0].data);
-  device.synchronize();
-  reproducibility.deterministic = hash_gradients(device, problem, gradients_again, output_again) == results_hash;
+  const DeviceRange repeat_range(device_, pass_range("repeat"));
+  stack_->forward(inputs_[0].data);
+  const uint64_t output_again = hash_outputs(device_, problem_, *stack_, kFnvOffset);
+  const LayerStack::Gradients gradients_again = stack_->backward(inputs_[0].data);
+  device_.synchronize();
+  row_.reproducibility->deterministic = hash_gradients(device_, problem_, gradients_again, output_again) == results_hash_;
+}
+
+// Why the implementations that will be measured cannot be alive together, or nothing: their
+// modelled peaks side by side (each has its own space), with the harness's buffers once, within the
+// device's limit.
+std::optional<std::string> apart_because(const Device& device, const std::vector<Row>& rows, const Setting& s) {
+  if (!s.limit) return std::nullopt;
+  int64_t together = s.device_bytes + (device.shares_host_memory() ? s.host_bytes : 0);
+  for (const Row& row : rows)
+    if (row.status == Status::ok && row.model) together += row.model->peak_bytes;
+  if (together <= *s.limit) return std::nullopt;
+  return fmt::format("sampled alone: the implementations' modelled peaks side by side ({}) exceed the {} available",
+                     format_bytes(together), format_bytes(*s.limit));
 }
 
 }  // namespace
@@ -729,18 +806,15 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
 
   std::string why_not_checked;
   const std::optional<Reference> reference = make_reference(device_, problem, setting, why_not_checked);
-  for (size_t k = 0; k < implementations.size(); ++k) {
+  std::vector<std::unique_ptr<Measurement>> live(implementations.size());
+  // One step of implementation k's measurement; what it throws becomes the row's status, and its
+  // measurement (with all its memory) goes.
+  const auto attempt = [&](size_t k, auto&& step) {
     Row& row = rows[k];
-    if (row.status != Status::ok) continue;
-    if (options_.check && !reference) row.not_checked = why_not_checked;
-    if (on_start_) on_start_(problem, k);
     try {
       const DeviceRange range(device_, options_.name_ranges ? fmt::format("{} {}", row.impl, problem.describe()) : "");
-      measure(device_, options_, problem, *implementations[k], setting, reference, row);
-      if (row.check && !row.check->passed()) {
-        row.status = Status::failed;
-        row.reason = failed_check_reason(*row.check);
-      }
+      step();
+      return;
     } catch (const OutOfMemory& e) {
       row.status = Status::oom;
       row.reason = e.what();
@@ -751,7 +825,67 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
       row.status = Status::failed;
       row.reason = e.what();
     }
+    live[k].reset();
+  };
+  const auto start = [&](size_t k) {
+    if (rows[k].status != Status::ok) return;
+    if (options_.check && !reference) rows[k].not_checked = why_not_checked;
+    if (on_start_) on_start_(problem, k);
+    attempt(k, [&] {
+      live[k] = std::make_unique<Measurement>(device_, options_, problem, *implementations[k], setting, reference, rows[k]);
+    });
+  };
+  // Samples of the live measurements among `ks` in rounds, each round starting one later (A B C,
+  // B C A, C A B, ...), until each one's stopping rule holds.
+  const auto sample_in_rounds = [&](const std::vector<size_t>& ks) {
+    for (size_t round = 0;; ++round) {
+      bool sampled = false;
+      for (size_t j = 0; j < ks.size(); ++j) {
+        const size_t k = ks[(round + j) % ks.size()];
+        if (!live[k] || live[k]->done()) continue;
+        sampled = true;
+        attempt(k, [&] { live[k]->sample(); });
+      }
+      if (!sampled) return;
+    }
+  };
+  const auto finish = [&](size_t k) {
+    if (!live[k]) return;
+    attempt(k, [&] { live[k]->finish(); });
+    live[k].reset();
+    Row& row = rows[k];
+    if (row.status == Status::ok && row.check && !row.check->passed()) {
+      row.status = Status::failed;
+      row.reason = failed_check_reason(*row.check);
+    }
+  };
+
+  std::vector<size_t> measured;
+  for (size_t k = 0; k < rows.size(); ++k)
+    if (rows[k].status == Status::ok) measured.push_back(k);
+  const std::optional<std::string> apart = measured.size() > 1 ? apart_because(device_, rows, setting) : std::nullopt;
+  if (apart) {
+    for (size_t k : measured) {
+      rows[k].sampled_alone = *apart;
+      start(k);
+      if (live[k]) attempt(k, [&] { live[k]->warm_up(); });
+      sample_in_rounds({k});
+      finish(k);
+    }
+    return rows;
   }
+  // Together: every measured pass, then every warm-up, then the samples in rounds.
+  for (size_t k : measured) start(k);
+  for (size_t k : measured)
+    if (live[k]) attempt(k, [&] { live[k]->warm_up(); });
+  std::vector<size_t> in_rounds;
+  for (size_t k : measured)
+    if (live[k]) in_rounds.push_back(k);
+  for (size_t k : in_rounds)
+    for (size_t other : in_rounds)
+      if (other != k) rows[k].interleaved_with.push_back(rows[other].implementation());
+  sample_in_rounds(in_rounds);
+  for (size_t k : in_rounds) finish(k);
   return rows;
 }
 

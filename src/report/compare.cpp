@@ -75,6 +75,14 @@ RowComparison compare_pair(const Row& a, const Row& b, const json& meta_a, const
   note_difference(pair.differences, "device", device_of(a, meta_a), device_of(b, meta_b));
   if (a.threads > 0 && b.threads > 0) note_difference(pair.differences, "threads", std::to_string(a.threads), std::to_string(b.threads));
   note_difference(pair.differences, "dtype", std::string(to_string(a.problem.dtype)), std::string(to_string(b.problem.dtype)));
+  // Samples under a held-down GPU clock, where either side counted any (they are left out of the
+  // medians compared where enough others remain).
+  const auto throttled = [](const Row& row) {
+    if (!row.bwd.throttled_samples) return std::string("unknown");
+    return fmt::format("{} of {}", *row.bwd.throttled_samples, row.bwd.count());
+  };
+  if (a.bwd.throttled_samples.value_or(0) > 0 || b.bwd.throttled_samples.value_or(0) > 0)
+    note_difference(pair.differences, "throttled bwd samples", throttled(a), throttled(b));
   pair.timed = timed(a) && timed(b);
   if (a.measured.peak_bytes > 0) pair.peak_ratio = double(b.measured.peak_bytes) / double(a.measured.peak_bytes);
   if (!pair.timed) return pair;
@@ -276,12 +284,14 @@ PhaseComparison compare_phase(const TimingSummary& a, const TimingSummary& b, co
     phase.p_value = mann_whitney_u(a.round_medians_ms, b.round_medians_ms).p_value;
     phase.round_noise = std::max(relative_spread(a.round_medians_ms), relative_spread(b.round_medians_ms));
   } else {
-    phase.count_a = a.samples_ms.size();
-    phase.count_b = b.samples_ms.size();
+    // The samples each median is made of: throttled ones left out where the summary left them out.
+    const std::vector<double> samples_a = a.summarized_samples(), samples_b = b.summarized_samples();
+    phase.count_a = samples_a.size();
+    phase.count_b = samples_b.size();
     phase.median_a_ms = a.median_ms;
     phase.median_b_ms = b.median_ms;
-    if (a.samples_ms.size() >= kMinTestSamples && b.samples_ms.size() >= kMinTestSamples)
-      phase.p_value = mann_whitney_u(a.samples_ms, b.samples_ms).p_value;
+    if (samples_a.size() >= kMinTestSamples && samples_b.size() >= kMinTestSamples)
+      phase.p_value = mann_whitney_u(samples_a, samples_b).p_value;
     // Two or three rounds a side (runs merged with `merge --rounds`, say): too few for a test over
     // their medians, but their spread is what drift between runs did, so the bar rises to it.
     if (a.round_medians_ms.size() >= 2 && b.round_medians_ms.size() >= 2)

@@ -1,5 +1,7 @@
 // A row's JSON form (the JSON contract, docs/json.md) and its inverse, and reading result files.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -37,6 +39,22 @@ ordered_json timing_to_json(const TimingSummary& t) {
   j["noisy"] = t.noisy;
   j["first_outlier"] = t.first_outlier;
   if (!t.round_medians_ms.empty()) j["round_medians_ms"] = t.round_medians_ms;
+  // The timing protocol's clock keys (as the torch peers write them): null where the device reads
+  // no clocks.
+  const bool clocked = !t.clocks.empty();
+  const auto per_sample = [&](auto field) {
+    if (!clocked) return ordered_json(nullptr);
+    ordered_json values = ordered_json::array();
+    for (const SampleClock& clock : t.clocks) values.push_back(json_or_null(field(clock)));
+    return values;
+  };
+  j["throttled_samples"] = json_or_null(t.throttled_samples);
+  j["excluded_samples"] = t.excluded_samples;
+  j["min_unthrottled_samples"] = t.min_unthrottled;
+  j["median_unthrottled_ms"] = json_or_null(t.median_unthrottled_ms);
+  j["sm_clock_mhz"] = per_sample([](const SampleClock& c) { return c.sm_clock_mhz; });
+  j["clock_event_reason_bits"] = per_sample([](const SampleClock& c) { return c.clock_event_reasons; });
+  j["throttled"] = per_sample([](const SampleClock& c) { return c.throttled; });
   return j;
 }
 
@@ -47,6 +65,7 @@ ordered_json gpu_state_to_json(const GpuState& state) {
   };
   ordered_json j;
   j["sm_clock_mhz"] = json_or_null(state.sm_clock_mhz);
+  j["max_sm_clock_mhz"] = json_or_null(state.max_sm_clock_mhz);
   j["memory_clock_mhz"] = json_or_null(state.memory_clock_mhz);
   j["power_w"] = watts(state.power_mw);
   j["power_limit_w"] = watts(state.power_limit_mw);
@@ -120,6 +139,37 @@ TimingSummary timing_from_json(const json& j) {
   t.first_outlier = j.value("first_outlier", false);
   if (j.contains("round_medians_ms") && j.at("round_medians_ms").is_array())
     t.round_medians_ms = j.at("round_medians_ms").get<std::vector<double>>();
+  if (j.contains("throttled_samples") && j.at("throttled_samples").is_number())
+    t.throttled_samples = integer_or<int64_t>(j, "throttled_samples", 0);
+  t.excluded_samples = integer_or<int64_t>(j, "excluded_samples", 0);
+  t.min_unthrottled = integer_or<int64_t>(j, "min_unthrottled_samples", 1);
+  if (j.contains("median_unthrottled_ms") && j.at("median_unthrottled_ms").is_number())
+    t.median_unthrottled_ms = j.at("median_unthrottled_ms").get<double>();
+  // Per-sample clocks, kept only where each list has one entry per sample.
+  const auto per_sample = [&](const char* key) -> const json* {
+    if (!j.contains(key) || !j.at(key).is_array() || j.at(key).size() != t.samples_ms.size()) return nullptr;
+    return &j.at(key);
+  };
+  const json* sm = per_sample("sm_clock_mhz");
+  const json* reasons = per_sample("clock_event_reason_bits");
+  const json* throttled = per_sample("throttled");
+  if ((sm || reasons || throttled) && !t.samples_ms.empty()) {
+    t.clocks.resize(t.samples_ms.size());
+    const std::string where = "results file: a sample's clock";
+    for (size_t i = 0; i < t.clocks.size(); ++i) {
+      // A clock in MHz and NVML's reason bits: integers that are not negative.
+      const auto natural = [&](const json& value, const std::string& what) {
+        const int64_t v = json_integer<int64_t>(value, what);
+        if (v < 0) throw UsageError(fmt::format("{} must not be negative, got {}", what, v));
+        return v;
+      };
+      if (sm && (*sm)[i].is_number())
+        t.clocks[i].sm_clock_mhz = unsigned(std::min<int64_t>(natural((*sm)[i], where + " in MHz"), UINT32_MAX));
+      if (reasons && (*reasons)[i].is_number())
+        t.clocks[i].clock_event_reasons = uint64_t(natural((*reasons)[i], where + "'s reason bits"));
+      if (throttled && (*throttled)[i].is_boolean()) t.clocks[i].throttled = (*throttled)[i].get<bool>();
+    }
+  }
   return t;
 }
 
@@ -154,8 +204,9 @@ std::vector<std::string> row_warnings(const Row& row) {
   if (!row.check && !row.not_checked.empty()) warnings.push_back("not checked: " + row.not_checked);
   for (const std::string& hazard : row.hazards) warnings.push_back(hazard);
   if (row.reproducibility && row.reproducibility->deterministic == false)
-    warnings.push_back("not deterministic: a second pass on the same inputs gave other bits of X_L or dX_0");
-  if (row.gpu_start && row.gpu_end)
+    warnings.push_back("not deterministic: a second pass on the same inputs gave other bits of the outputs or of dQ, dK, dV");
+  // Where each sample's clocks were read, their count (timing_warnings) says it more exactly.
+  if (row.gpu_start && row.gpu_end && row.bwd.clocks.empty())
     if (std::optional<std::string> throttled = throttle_warning(*row.gpu_start, *row.gpu_end)) warnings.push_back(*throttled);
   if (row.check && !row.check->passed())
     warnings.push_back(fmt::format("check against {} failed: max relative error {:.3g} > tolerance {:.3g}",
@@ -173,6 +224,8 @@ ordered_json row_to_json(const Row& row) {
   j["reason"] = row.reason;
   j["timing"]["fwd"] = timing_to_json(row.fwd);
   j["timing"]["bwd"] = timing_to_json(row.bwd);
+  j["timing"]["interleaved_with"] = row.interleaved_with;
+  if (!row.sampled_alone.empty()) j["timing"]["sampled_alone"] = row.sampled_alone;
   j["throughput"]["fwd_tflops"] = number_or_null(row.fwd_tflops(), row.fwd.median_ms > 0);
   j["throughput"]["bwd_tflops"] = number_or_null(row.bwd_tflops(), row.bwd.median_ms > 0);
   if (row.peak_gflops) {
@@ -276,6 +329,11 @@ Row row_from_json(const json& j) {
     const json& timing = j.at("timing");
     if (timing.contains("fwd")) row.fwd = timing_from_json(timing.at("fwd"));
     if (timing.contains("bwd")) row.bwd = timing_from_json(timing.at("bwd"));
+    if (timing.contains("interleaved_with") && timing.at("interleaved_with").is_array())
+      for (const json& name : timing.at("interleaved_with"))
+        if (name.is_string()) row.interleaved_with.push_back(name.get<std::string>());
+    if (timing.contains("sampled_alone") && timing.at("sampled_alone").is_string())
+      row.sampled_alone = timing.at("sampled_alone").get<std::string>();
   }
   if (j.contains("memory")) {
     const json& memory = j.at("memory");

@@ -28,7 +28,7 @@ constexpr std::array<std::string_view, 8> kDropOrder = {"bwd/fwd",  "peak-model"
 
 // What a mark or a warning means, and what to do about it; the legend prints those that appeared.
 enum class Mark { fastest, no_value, warned, check_failed, not_checked, skipped, oom, failed, noise, cold_start,
-                  not_deterministic, hazard, count };
+                  not_deterministic, hazard, throttled, count };
 constexpr std::array<std::string_view, size_t(Mark::count)> kMeaning = {
     "* fastest fwd+bwd",
     "- no value",
@@ -43,6 +43,8 @@ constexpr std::array<std::string_view, size_t(Mark::count)> kMeaning = {
     "first sample: a cold start the warm-up did not absorb (raise --warmup)",
     "not deterministic: a second pass gave other bits (reductions in another order)",
     "fp16 overflow: logits beyond fp16's range (a smaller --input-scale keeps them in it)",
+    "throttled: samples ran with the GPU's clock held down (power, heat, or below --throttle-threshold of its "
+    "maximum); left out of the times where --min-samples others remain (timing.*.throttled_samples in the JSON)",
 };
 
 class TableReporter final : public GroupingReporter {
@@ -165,6 +167,7 @@ class TableReporter final : public GroupingReporter {
       if (row.fwd.first_outlier || row.bwd.first_outlier) saw(Mark::cold_start);
       if (row.reproducibility && row.reproducibility->deterministic == false) saw(Mark::not_deterministic);
       if (!row.hazards.empty()) saw(Mark::hazard);
+      if (row.fwd.throttled_samples.value_or(0) > 0 || row.bwd.throttled_samples.value_or(0) > 0) saw(Mark::throttled);
     }
   }
 
