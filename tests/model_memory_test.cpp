@@ -88,6 +88,8 @@ std::vector<GridPoint> grid() {
   // 16-bit storage: fp32 gradients are then larger than the layer outputs, which moves some peaks.
   for (Dtype dtype : {Dtype::bf16, Dtype::fp16})
     for (int64_t layers : {1, 3}) points.push_back({1, 2, 131, 24, layers, true, 2, dtype});
+  // ... and B·H = 6 heads, where checkpoint's backward recomputes one head's fp32 P at a time.
+  points.push_back({2, 3, 67, 24, 2, false, 1, Dtype::fp16});
   // The stack attending to a context: N_k ≠ N both ways, GQA and MQA, native and repeated K/V (the
   // repeated Kx, Vx kept; checkpoint's in workspace), the context's gradient dC alive through backward.
   for (int64_t layers : {1, 3})
@@ -147,10 +149,13 @@ TEST(MemoryModel, OneLayerCountedByHand) {
   EXPECT_EQ(m.by_tag[Tag::kept], X + row);
   EXPECT_EQ(m.by_tag[Tag::activation], 0);  // v2's O is kept, not an activation
 
-  // checkpoint: keeps nothing; its backward recomputes P and O into the workspace.
+  // checkpoint: keeps nothing; its backward recomputes P (not O, which it does not read) into the
+  // workspace beside the dP rows: what standard holds at its backward, P being workspace, not kept.
   m = testing::cpu_model(1).stack(p, Variant::checkpoint);
   EXPECT_EQ(m.kept_bytes, 0);
-  EXPECT_EQ(m.peak_bytes, inputs + X + 3 * X + NN + X + dP_rows);
+  EXPECT_EQ(m.peak_bytes, inputs + X + 3 * X + NN + dP_rows);
+  EXPECT_EQ(m.peak_phase, Phase::bwd);
+  EXPECT_EQ(m.by_tag[Tag::workspace], NN + dP_rows);
 }
 
 // L = 3: inputs and kept state grow with L. The last layer's backward is the peak: every layer's Q,
@@ -187,6 +192,46 @@ TEST(MemoryModel, SixteenBitStorage) {
   EXPECT_EQ(checkpoint.peak_phase, Phase::bwd);
   EXPECT_EQ(checkpoint.by_tag[Tag::grad], 3 * G);
   EXPECT_EQ(checkpoint.by_tag[Tag::activation], 3 * X16);
+  // Its backward workspace: the fp32 staging of Q, K, V, dO (4 [B,H,N,d] in fp32) and, one head at
+  // a time, that head's recomputed fp32 P [N, N] and its dP rows (T·Br·N floats, T = 1, Br = 64);
+  // the layer's fp32 P of both heads at once would be 2 · 64 · 64 · 4 B.
+  EXPECT_EQ(checkpoint.by_tag[Tag::workspace], 4 * G + 64 * 64 * 4 + 64 * 64 * 4);
+}
+
+// checkpoint keeps nothing, so it never needs more than standard, which keeps P: its backward
+// recomputes what standard holds there (one head at a time with 16-bit storage, as standard runs).
+// Dropout is left out: checkpoint's recomputed mask is counted in whole floats of its fp32
+// workspace, up to 3 bytes above standard's kept 1-byte mask.
+TEST(MemoryModel, CheckpointNeverAboveStandard) {
+  for (Dtype dtype : {Dtype::fp32, Dtype::bf16, Dtype::fp16})
+    for (int64_t layers : {1, 2, 4})
+      for (bool causal : {false, true})
+        for (int64_t heads : {1, 3, 32})
+          for (int64_t seq : {1, 2, 7, 64, 131, 1000, 32768})
+            for (int64_t head_dim : {8, 64, 256})
+              for (int threads : {1, 16}) {
+                Problem p = make_problem(1, heads, seq, head_dim, layers, causal);
+                p.dtype = dtype;
+                const ModelledMemory standard = testing::cpu_model(threads).stack(p, Variant::standard);
+                const ModelledMemory checkpoint = testing::cpu_model(threads).stack(p, Variant::checkpoint);
+                EXPECT_LE(checkpoint.peak_bytes, standard.peak_bytes)
+                    << p.describe() << " threads " << threads << ": checkpoint " << checkpoint.peak_bytes
+                    << ", standard " << standard.peak_bytes;
+              }
+}
+
+// The shape: B = 1, H = 32, N = 32768, d = 64, one fp16 layer on 2 threads. standard keeps
+// its P in fp16 and widens one head of it at a time; checkpoint recomputes one head's fp32 P at a
+// time and keeps nothing, so its peak is standard's less the kept P of every head, 2·H·N² B.
+TEST(MemoryModel, SixteenBitCheckpointRecomputesOneHead) {
+  Problem p = make_problem(1, 32, 32768, 64, 1, false);
+  p.dtype = Dtype::fp16;
+  const ModelledMemory standard = testing::cpu_model(2).stack(p, Variant::standard);
+  const ModelledMemory checkpoint = testing::cpu_model(2).stack(p, Variant::checkpoint);
+  const int64_t kept_p = int64_t{2} * 32 * 32768 * 32768;
+  EXPECT_EQ(standard.by_tag[Tag::kept], kept_p);
+  EXPECT_EQ(checkpoint.peak_bytes, standard.peak_bytes - kept_p);
+  EXPECT_EQ(checkpoint.by_tag[Tag::workspace], standard.by_tag[Tag::workspace]);
 }
 
 TEST(MemoryModel, InstantForAMillionTokens) {
