@@ -312,6 +312,22 @@ TEST(Presets, Seed002FormulaPrintedAndFlags) {
   EXPECT_DOUBLE_EQ(*find_row(preset, "V1 extra per layer (S)").head_aware, 1.00 * GiB);
   EXPECT_EQ(find_row(preset, "V1 extra per layer (S)").published_text, "128.00 MB");
 
+  // Q, K, V and O that its wrapper saves: 4 · 4096 · 128 · 2 B = 4 MiB a head, 128 MiB for 32; the
+  // stack holds those four per layer (v2's O kept) and LSE, 32 · 4096 · 4 B = 512 KiB.
+  const PresetRow& wrapper = find_row(preset, "saved by its wrapper per layer: q, k, v, output");
+  EXPECT_DOUBLE_EQ(*wrapper.formula, 4 * MiB);
+  EXPECT_DOUBLE_EQ(*wrapper.head_aware, 128 * MiB);
+  EXPECT_DOUBLE_EQ(*wrapper.flashbench, 128 * MiB + 512 * 1024);
+  // V1's list: Q, K (2 · 4096 · 128 · 2 B = 2 MiB) and m, l (2 · 4096 · 4 B = 32 KiB) a head; the
+  // stack holds Q, K and V (96 MiB for 32 heads) and v1 keeps S (32 · 4096² · 2 B = 1 GiB), m and l (1 MiB).
+  const PresetRow& v1_list = find_row(preset, "V1 stores, its list: Q, K, m, l");
+  EXPECT_DOUBLE_EQ(*v1_list.formula, 2 * MiB + 32 * 1024);
+  EXPECT_DOUBLE_EQ(*v1_list.flashbench, 96 * MiB + 1 * GiB + 1 * MiB);
+  // dQ, dK, dV: 3 MiB a head in fp16, 96 MiB for 32; the CPU writes them in fp32, 192 MiB.
+  const PresetRow& gradients = find_row(preset, "dQ, dK, dV per layer (returned, not counted)");
+  EXPECT_DOUBLE_EQ(*gradients.head_aware, 96 * MiB);
+  EXPECT_DOUBLE_EQ(*gradients.flashbench, 192 * MiB);
+
   const std::vector<std::string> flagged = {"V1 extra per layer (S)", "V1 total, 32 layers",
                                             "standard per layer (\"S and P\")", "standard total, 32 layers",
                                             "V2 saving vs standard"};
@@ -337,8 +353,32 @@ TEST(Presets, KorthikantiGpt3) {
   EXPECT_DOUBLE_EQ(*scores.formula, 5 * a * s * s);
   EXPECT_DOUBLE_EQ(*scores.flashbench, *scores.formula);
   EXPECT_NEAR(*find_row(preset, "share of a layer's activations selective recompute saves").formula, 70.18, 0.01);
+  // The whole layer's 34sbh has projections and an MLP flashbench's stack has not: nothing beside it.
   const PresetRow& selective = find_row(preset, "per-layer activations, selective recompute: 34sbh");
-  EXPECT_DOUBLE_EQ(*selective.flashbench, 2 * s * h + 4 * a * s);  // v2 keeps O (fp16) and LSE (fp32): nothing s x s
+  EXPECT_DOUBLE_EQ(*selective.formula, 34 * s * h);
+  EXPECT_FALSE(selective.flashbench.has_value());
+}
+
+// The attention core term by term, b = 1: Q, K, V [a, s, h/a] in 2 bytes are 3·2·s·h = 6sbh =
+// 6 · 2048 · 12288 = 150,994,944 B; selective recomputation keeps just those (checkpoint: nothing
+// kept beyond them); without recomputation the 5as²b = 5 · 96 · 2048² = 2,013,265,920 B joins them
+// (standard with dropout); flash keeps O besides (2sbh, the output projection's input in the paper)
+// and LSE, 4 B per row of each head: 4 · 96 · 2048 = 786,432 B.
+TEST(Presets, KorthikantiAttentionCoreTermByTerm) {
+  const Preset preset = make_preset("korthikanti", testing::cpu_model(2));
+  const double qkv = 150'994'944, scores = 2'013'265'920, o = 50'331'648, lse = 786'432;
+  const PresetRow& inputs = find_row(preset, "6sbh: Q, K (QK^T's inputs) and V (the PV product's)");
+  EXPECT_DOUBLE_EQ(*inputs.formula, qkv);
+  EXPECT_DOUBLE_EQ(*inputs.flashbench, qkv);
+  const PresetRow& no_recompute = find_row(preset, "the attention core, no recompute: 6sbh + 5as^2b");
+  EXPECT_DOUBLE_EQ(*no_recompute.formula, qkv + scores);
+  EXPECT_DOUBLE_EQ(*no_recompute.flashbench, qkv + scores);
+  const PresetRow& selective = find_row(preset, "the attention core, selective recompute: 6sbh");
+  EXPECT_DOUBLE_EQ(*selective.formula, qkv);
+  EXPECT_DOUBLE_EQ(*selective.flashbench, qkv);
+  const PresetRow& flash = find_row(preset, "the attention core, flash: 6sbh + 2sbh (O) + 4asb (LSE)");
+  EXPECT_DOUBLE_EQ(*flash.formula, qkv + o + lse);
+  EXPECT_DOUBLE_EQ(*flash.flashbench, qkv + o + lse);
 }
 
 // The paper's 22B, 530B and 1T models (a, h as in its Table 3; s = 2048): 5as/h = 106.67, 64, 64, and
@@ -354,7 +394,10 @@ TEST(Presets, KorthikantiOtherModels) {
                      s * h * (34 + 5 * a * s / h)) << name;
     const PresetRow& scores = find_row(preset, tag + ": 5as^2b");
     EXPECT_DOUBLE_EQ(*scores.flashbench, 5 * a * s * s) << name;
-    EXPECT_DOUBLE_EQ(*find_row(preset, tag + ": selective recompute, 34sbh").flashbench, 2 * s * h + 4 * a * s) << name;
+    // Q, K, V: 3 tensors of s·h elements in 2 bytes, kept alone under selective recomputation.
+    EXPECT_DOUBLE_EQ(*find_row(preset, tag + ": 6sbh, Q, K, V").flashbench, 3 * s * h * 2) << name;
+    EXPECT_DOUBLE_EQ(*find_row(preset, tag + ": the attention core, selective recompute: 6sbh").flashbench,
+                     3 * s * h * 2) << name;
   }
   EXPECT_NEAR(*find_row(preset, "22B (a = 64, h = 6144): 5as/h").formula, 106.67, 0.01);
 }
@@ -369,7 +412,22 @@ TEST(Presets, Seed000AndSeed003) {
   EXPECT_DOUBLE_EQ(*find_row(s000, "m and l per head, fp32").formula, 256.0 * 1024);
   EXPECT_FALSE(find_row(s000, "m and l per head, fp32").mismatch);
 
+  // seed-000 names what its backward reloads and computes: Q, K, V, dO of 32 heads at N = 32768,
+  // d = 128 in fp16 are 4 · 32 · 32768 · 128 · 2 B = 1 GiB; dQ, dK, dV 768 MiB in fp16, 1.5 GiB in
+  // the CPU's fp32.
+  EXPECT_DOUBLE_EQ(*find_row(s000, "Q, K, V, dO that backward reloads").head_aware, double(1 << 30));
+  EXPECT_DOUBLE_EQ(*find_row(s000, "Q, K, V, dO that backward reloads").flashbench, double(1 << 30));
+  EXPECT_DOUBLE_EQ(*find_row(s000, "dQ, dK, dV").head_aware, 768.0 * (1 << 20));
+  EXPECT_DOUBLE_EQ(*find_row(s000, "dQ, dK, dV").flashbench, 1536.0 * (1 << 20));
+
   const Preset s003 = make_preset("seed-003", testing::cpu_model(1));
+  // Its save_for_backward(q, k, v, p) at N = 131072, d = 128, fp16: Q, K, V 3 · 131072 · 128 · 2 B =
+  // 96 MiB and P 131072² · 2 B = 32 GiB a head; for 32 heads 3 GiB + 1 TiB, term by term what the
+  // stack holds for a standard layer (Q, K, V input, P kept).
+  const PresetRow& saved = find_row(s003, "saved for backward: q, k, v, p");
+  EXPECT_DOUBLE_EQ(*saved.formula, 96.0 * (1 << 20) + 32.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(*saved.head_aware, 3.0 * (1 << 30) + 1024.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(*saved.flashbench, *saved.head_aware);
   const PresetRow& p = find_row(s003, "P per head, fp16");
   EXPECT_DOUBLE_EQ(*p.formula, 32.0 * (1 << 30));
   EXPECT_NEAR(*p.formula / 1e9, 34.4, 0.05);
