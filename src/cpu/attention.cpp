@@ -432,7 +432,12 @@ void v2_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
 // The sums over a group run inside one work item, so dK and dV are written by one thread and need no
 // reduction buffer. Under the causal mask P_ij = 0 for j > i + N_k − N, so column block c only needs
 // the rows from first_row_seeing(c0) on, and row block r only its block_columns. Workspace: dP rows
-// [Br, N_k] per thread.
+// [Br, N_k] per thread. With dropout P̃ is read by pass 1 alone, so the dP rows may lie over it
+// (checkpoint's recomputed P̃ is workspace; standard's and v1's are kept).
+
+int64_t dP_rows_elements(const LayerShape& s, const Tiling& t, int threads) {
+  return int64_t{threads} * t.row_block * s.key_rows();
+}
 
 void materialised_backward(const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V,
                            const float* dO, float* P, const float* dropped, const uint8_t* mask, float* dQ, float* dK,
@@ -732,7 +737,7 @@ void validate(const Tiling& t) {
 int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& s, const Tiling& t, int threads) {
   validate(t);
   const int64_t T = threads, Br = t.row_block, Bc = t.col_block, N = s.seq, Nk = s.key_rows(), BH = s.heads_total;
-  const int64_t dP_rows = T * Br * Nk;  // materialised backward: dP of one row block per thread
+  const int64_t dP_rows = dP_rows_elements(s, t, threads);  // materialised backward: dP of one row block per thread
   if (pass == Pass::forward) {
     switch (variant) {
       case Variant::standard: return 0;
@@ -746,10 +751,11 @@ int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& s, cons
     case Variant::v1: return dP_rows;
     case Variant::v2: return BH * N + T * V2BackwardScratch::elements(s, t);
     case Variant::checkpoint: {
-      // What standard keeps, recomputed: P, and with dropout P̃ and the mask (bytes, in whole floats).
+      // What standard keeps, recomputed: P, and with dropout P̃ and the mask (bytes, in whole
+      // floats); the dP rows lie over P̃, which is dead once dV is made.
       const int64_t scores = BH * N * Nk;
-      const int64_t dropout = s.dropout.active() ? scores + (scores + 3) / 4 : 0;
-      return scores + dropout + dP_rows;
+      if (!s.dropout.active()) return scores + dP_rows;
+      return scores + std::max(scores, dP_rows) + (scores + 3) / 4;
     }
   }
   return 0;
@@ -794,15 +800,14 @@ void backward(Variant variant, const LayerShape& s, const Tiling& t, const float
       // generator), then the standard backward. O is not recomputed: the backward reads none, and
       // holding it would put checkpoint's backward above standard's (the CUDA checkpoint
       // recomputes P alone too).
+      // Its workspace: P, then P̃ with the dP rows over it, then the mask (workspace_elements).
       const int64_t scores = BH * N * Nk;
       float* P = workspace.data();
       float* dropped = P + scores;
-      uint8_t* mask = nullptr;
       dP_rows = dropped;
-      if (s.dropout.active()) {
-        mask = reinterpret_cast<uint8_t*>(dropped + scores);
-        dP_rows = dropped + scores + (scores + 3) / 4;
-      }
+      uint8_t* mask = nullptr;
+      if (s.dropout.active())
+        mask = reinterpret_cast<uint8_t*>(dropped + std::max(scores, dP_rows_elements(s, t, threads)));
       standard_forward(s, t, Q, K, V, /*O=*/nullptr, P, dropped, mask);
       materialised_backward(s, t, Q, K, V, dO, P, dropped, mask, dQ, dK, dV, dP_rows);
       break;
