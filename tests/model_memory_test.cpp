@@ -88,6 +88,8 @@ std::vector<GridPoint> grid() {
   // 16-bit storage: fp32 gradients are then larger than the layer outputs, which moves some peaks.
   for (Dtype dtype : {Dtype::bf16, Dtype::fp16})
     for (int64_t layers : {1, 3}) points.push_back({1, 2, 131, 24, layers, true, 2, dtype});
+  // ... and B·H = 6 heads, where checkpoint's backward recomputes one head's fp32 P at a time.
+  points.push_back({2, 3, 67, 24, 2, false, 1, Dtype::fp16});
   // The stack attending to a context: N_k ≠ N both ways, GQA and MQA, native and repeated K/V (the
   // repeated Kx, Vx kept; checkpoint's in workspace), the context's gradient dC alive through backward.
   for (int64_t layers : {1, 3})
@@ -147,10 +149,13 @@ TEST(MemoryModel, OneLayerCountedByHand) {
   EXPECT_EQ(m.by_tag[Tag::kept], X + row);
   EXPECT_EQ(m.by_tag[Tag::activation], 0);  // v2's O is kept, not an activation
 
-  // checkpoint: keeps nothing; its backward recomputes P and O into the workspace.
+  // checkpoint: keeps nothing; its backward recomputes P (not O, which it does not read) into the
+  // workspace beside the dP rows: what standard holds at its backward, P being workspace, not kept.
   m = testing::cpu_model(1).stack(p, Variant::checkpoint);
   EXPECT_EQ(m.kept_bytes, 0);
-  EXPECT_EQ(m.peak_bytes, inputs + X + 3 * X + NN + X + dP_rows);
+  EXPECT_EQ(m.peak_bytes, inputs + X + 3 * X + NN + dP_rows);
+  EXPECT_EQ(m.peak_phase, Phase::bwd);
+  EXPECT_EQ(m.by_tag[Tag::workspace], NN + dP_rows);
 }
 
 // L = 3: inputs and kept state grow with L. The last layer's backward is the peak: every layer's Q,
@@ -187,6 +192,50 @@ TEST(MemoryModel, SixteenBitStorage) {
   EXPECT_EQ(checkpoint.peak_phase, Phase::bwd);
   EXPECT_EQ(checkpoint.by_tag[Tag::grad], 3 * G);
   EXPECT_EQ(checkpoint.by_tag[Tag::activation], 3 * X16);
+  // Its backward workspace: the fp32 staging of Q, K, V, dO (4 [B,H,N,d] in fp32) and, one head at
+  // a time, that head's recomputed fp32 P [N, N] and its dP rows (T·Br·N floats, T = 1, Br = 64);
+  // the layer's fp32 P of both heads at once would be 2 · 64 · 64 · 4 B.
+  EXPECT_EQ(checkpoint.by_tag[Tag::workspace], 4 * G + 64 * 64 * 4 + 64 * 64 * 4);
+}
+
+// checkpoint keeps nothing, so it never needs more than standard, which keeps P: its backward
+// recomputes what standard holds there (one head at a time with 16-bit storage, as standard runs).
+// With dropout (fp32 on the CPU) its recomputed mask is counted in whole floats, up to 3 bytes
+// above standard's kept 1-byte mask, and its dP rows lie over its dead P̃ (at least 4 bytes below
+// standard's P̃ and dP rows): N = 7 and 131 leave N² mod 4 = 1 and 3.
+TEST(MemoryModel, CheckpointNeverAboveStandard) {
+  for (Dtype dtype : {Dtype::fp32, Dtype::bf16, Dtype::fp16})
+    for (double dropout : {0.0, 0.1})
+    for (int64_t layers : {1, 2, 4})
+      for (bool causal : {false, true})
+        for (int64_t heads : {1, 3, 32})
+          for (int64_t seq : {1, 2, 7, 64, 131, 1000, 32768})
+            for (int64_t head_dim : {8, 64, 256})
+              for (int threads : {1, 16}) {
+                if (dropout > 0 && dtype != Dtype::fp32) continue;  // 16-bit storage runs without dropout
+                Problem p = make_problem(1, heads, seq, head_dim, layers, causal);
+                p.dtype = dtype;
+                p.dropout = dropout;
+                const ModelledMemory standard = testing::cpu_model(threads).stack(p, Variant::standard);
+                const ModelledMemory checkpoint = testing::cpu_model(threads).stack(p, Variant::checkpoint);
+                EXPECT_LE(checkpoint.peak_bytes, standard.peak_bytes)
+                    << p.describe() << " threads " << threads << ": checkpoint " << checkpoint.peak_bytes
+                    << ", standard " << standard.peak_bytes;
+              }
+}
+
+// The shape: B = 1, H = 32, N = 32768, d = 64, one fp16 layer on 2 threads. standard keeps
+// its P in fp16 and widens one head of it at a time; checkpoint recomputes one head's fp32 P at a
+// time and keeps nothing, so its peak is standard's less the kept P of every head, 2·H·N² B.
+TEST(MemoryModel, SixteenBitCheckpointRecomputesOneHead) {
+  Problem p = make_problem(1, 32, 32768, 64, 1, false);
+  p.dtype = Dtype::fp16;
+  const ModelledMemory standard = testing::cpu_model(2).stack(p, Variant::standard);
+  const ModelledMemory checkpoint = testing::cpu_model(2).stack(p, Variant::checkpoint);
+  const int64_t kept_p = int64_t{2} * 32 * 32768 * 32768;
+  EXPECT_EQ(standard.by_tag[Tag::kept], kept_p);
+  EXPECT_EQ(checkpoint.peak_bytes, standard.peak_bytes - kept_p);
+  EXPECT_EQ(checkpoint.by_tag[Tag::workspace], standard.by_tag[Tag::workspace]);
 }
 
 TEST(MemoryModel, InstantForAMillionTokens) {
@@ -267,6 +316,22 @@ TEST(Presets, Seed002FormulaPrintedAndFlags) {
   EXPECT_DOUBLE_EQ(*find_row(preset, "V1 extra per layer (S)").head_aware, 1.00 * GiB);
   EXPECT_EQ(find_row(preset, "V1 extra per layer (S)").published_text, "128.00 MB");
 
+  // Q, K, V and O that its wrapper saves: 4 · 4096 · 128 · 2 B = 4 MiB a head, 128 MiB for 32; the
+  // stack holds those four per layer (v2's O kept) and LSE, 32 · 4096 · 4 B = 512 KiB.
+  const PresetRow& wrapper = find_row(preset, "saved by its wrapper per layer: q, k, v, output");
+  EXPECT_DOUBLE_EQ(*wrapper.formula, 4 * MiB);
+  EXPECT_DOUBLE_EQ(*wrapper.head_aware, 128 * MiB);
+  EXPECT_DOUBLE_EQ(*wrapper.flashbench, 128 * MiB + 512 * 1024);
+  // V1's list: Q, K (2 · 4096 · 128 · 2 B = 2 MiB) and m, l (2 · 4096 · 4 B = 32 KiB) a head; the
+  // stack holds Q, K and V (96 MiB for 32 heads) and v1 keeps S (32 · 4096² · 2 B = 1 GiB), m and l (1 MiB).
+  const PresetRow& v1_list = find_row(preset, "V1 stores, its list: Q, K, m, l");
+  EXPECT_DOUBLE_EQ(*v1_list.formula, 2 * MiB + 32 * 1024);
+  EXPECT_DOUBLE_EQ(*v1_list.flashbench, 96 * MiB + 1 * GiB + 1 * MiB);
+  // dQ, dK, dV: 3 MiB a head in fp16, 96 MiB for 32; the CPU writes them in fp32, 192 MiB.
+  const PresetRow& gradients = find_row(preset, "dQ, dK, dV per layer (returned, not counted)");
+  EXPECT_DOUBLE_EQ(*gradients.head_aware, 96 * MiB);
+  EXPECT_DOUBLE_EQ(*gradients.flashbench, 192 * MiB);
+
   const std::vector<std::string> flagged = {"V1 extra per layer (S)", "V1 total, 32 layers",
                                             "standard per layer (\"S and P\")", "standard total, 32 layers",
                                             "V2 saving vs standard"};
@@ -292,8 +357,32 @@ TEST(Presets, KorthikantiGpt3) {
   EXPECT_DOUBLE_EQ(*scores.formula, 5 * a * s * s);
   EXPECT_DOUBLE_EQ(*scores.flashbench, *scores.formula);
   EXPECT_NEAR(*find_row(preset, "share of a layer's activations selective recompute saves").formula, 70.18, 0.01);
+  // The whole layer's 34sbh has projections and an MLP flashbench's stack has not: nothing beside it.
   const PresetRow& selective = find_row(preset, "per-layer activations, selective recompute: 34sbh");
-  EXPECT_DOUBLE_EQ(*selective.flashbench, 2 * s * h + 4 * a * s);  // v2 keeps O (fp16) and LSE (fp32): nothing s x s
+  EXPECT_DOUBLE_EQ(*selective.formula, 34 * s * h);
+  EXPECT_FALSE(selective.flashbench.has_value());
+}
+
+// The attention core term by term, b = 1: Q, K, V [a, s, h/a] in 2 bytes are 3·2·s·h = 6sbh =
+// 6 · 2048 · 12288 = 150,994,944 B; selective recomputation keeps just those (checkpoint: nothing
+// kept beyond them); without recomputation the 5as²b = 5 · 96 · 2048² = 2,013,265,920 B joins them
+// (standard with dropout); flash keeps O besides (2sbh, the output projection's input in the paper)
+// and LSE, 4 B per row of each head: 4 · 96 · 2048 = 786,432 B.
+TEST(Presets, KorthikantiAttentionCoreTermByTerm) {
+  const Preset preset = make_preset("korthikanti", testing::cpu_model(2));
+  const double qkv = 150'994'944, scores = 2'013'265'920, o = 50'331'648, lse = 786'432;
+  const PresetRow& inputs = find_row(preset, "6sbh: Q, K (QK^T's inputs) and V (the PV product's)");
+  EXPECT_DOUBLE_EQ(*inputs.formula, qkv);
+  EXPECT_DOUBLE_EQ(*inputs.flashbench, qkv);
+  const PresetRow& no_recompute = find_row(preset, "the attention core, no recompute: 6sbh + 5as^2b");
+  EXPECT_DOUBLE_EQ(*no_recompute.formula, qkv + scores);
+  EXPECT_DOUBLE_EQ(*no_recompute.flashbench, qkv + scores);
+  const PresetRow& selective = find_row(preset, "the attention core, selective recompute: 6sbh");
+  EXPECT_DOUBLE_EQ(*selective.formula, qkv);
+  EXPECT_DOUBLE_EQ(*selective.flashbench, qkv);
+  const PresetRow& flash = find_row(preset, "the attention core, flash: 6sbh + 2sbh (O) + 4asb (LSE)");
+  EXPECT_DOUBLE_EQ(*flash.formula, qkv + o + lse);
+  EXPECT_DOUBLE_EQ(*flash.flashbench, qkv + o + lse);
 }
 
 // The paper's 22B, 530B and 1T models (a, h as in its Table 3; s = 2048): 5as/h = 106.67, 64, 64, and
@@ -309,7 +398,10 @@ TEST(Presets, KorthikantiOtherModels) {
                      s * h * (34 + 5 * a * s / h)) << name;
     const PresetRow& scores = find_row(preset, tag + ": 5as^2b");
     EXPECT_DOUBLE_EQ(*scores.flashbench, 5 * a * s * s) << name;
-    EXPECT_DOUBLE_EQ(*find_row(preset, tag + ": selective recompute, 34sbh").flashbench, 2 * s * h + 4 * a * s) << name;
+    // Q, K, V: 3 tensors of s·h elements in 2 bytes, kept alone under selective recomputation.
+    EXPECT_DOUBLE_EQ(*find_row(preset, tag + ": 6sbh, Q, K, V").flashbench, 3 * s * h * 2) << name;
+    EXPECT_DOUBLE_EQ(*find_row(preset, tag + ": the attention core, selective recompute: 6sbh").flashbench,
+                     3 * s * h * 2) << name;
   }
   EXPECT_NEAR(*find_row(preset, "22B (a = 64, h = 6144): 5as/h").formula, 106.67, 0.01);
 }
@@ -324,7 +416,22 @@ TEST(Presets, Seed000AndSeed003) {
   EXPECT_DOUBLE_EQ(*find_row(s000, "m and l per head, fp32").formula, 256.0 * 1024);
   EXPECT_FALSE(find_row(s000, "m and l per head, fp32").mismatch);
 
+  // seed-000 names what its backward reloads and computes: Q, K, V, dO of 32 heads at N = 32768,
+  // d = 128 in fp16 are 4 · 32 · 32768 · 128 · 2 B = 1 GiB; dQ, dK, dV 768 MiB in fp16, 1.5 GiB in
+  // the CPU's fp32.
+  EXPECT_DOUBLE_EQ(*find_row(s000, "Q, K, V, dO that backward reloads").head_aware, double(1 << 30));
+  EXPECT_DOUBLE_EQ(*find_row(s000, "Q, K, V, dO that backward reloads").flashbench, double(1 << 30));
+  EXPECT_DOUBLE_EQ(*find_row(s000, "dQ, dK, dV").head_aware, 768.0 * (1 << 20));
+  EXPECT_DOUBLE_EQ(*find_row(s000, "dQ, dK, dV").flashbench, 1536.0 * (1 << 20));
+
   const Preset s003 = make_preset("seed-003", testing::cpu_model(1));
+  // Its save_for_backward(q, k, v, p) at N = 131072, d = 128, fp16: Q, K, V 3 · 131072 · 128 · 2 B =
+  // 96 MiB and P 131072² · 2 B = 32 GiB a head; for 32 heads 3 GiB + 1 TiB, term by term what the
+  // stack holds for a standard layer (Q, K, V input, P kept).
+  const PresetRow& saved = find_row(s003, "saved for backward: q, k, v, p");
+  EXPECT_DOUBLE_EQ(*saved.formula, 96.0 * (1 << 20) + 32.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(*saved.head_aware, 3.0 * (1 << 30) + 1024.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(*saved.flashbench, *saved.head_aware);
   const PresetRow& p = find_row(s003, "P per head, fp16");
   EXPECT_DOUBLE_EQ(*p.formula, 32.0 * (1 << 30));
   EXPECT_NEAR(*p.formula / 1e9, 34.4, 0.05);

@@ -30,7 +30,7 @@ struct VariantSpec {
   // keeps the repeated K and V, as autograd saves an operation's inputs; checkpoint repeats them again.
   bool keeps_inputs = true;
   // Whether it keeps what frameworks keep for dropout (the 1-byte mask Z and the dropped P̃): v2
-  // regenerates Z in backward from the generator, checkpoint redraws it with the whole forward.
+  // regenerates Z in backward from the generator, checkpoint redraws it as it recomputes P.
   bool keeps_dropout = false;
 };
 
@@ -50,7 +50,7 @@ const std::vector<VariantSpec>& specs() {
       // v2's O is the layer output, kept alive until this layer's backward.
       {Variant::v2, "v2", "S and P per tile; D = rowsum(dO * O)",
        {{"O", Extent::qkv, Format::storage}, {"LSE", Extent::rows, Format::fp32}}},
-      {Variant::checkpoint, "checkpoint", "the whole standard forward of the layer", {}, false},
+      {Variant::checkpoint, "checkpoint", "P as the standard forward computes it (not O)", {}, false},
   };
   return table;
 }

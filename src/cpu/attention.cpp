@@ -203,7 +203,8 @@ void output_rows(const LayerShape& s, const HeadPointers& head, int64_t r0, int6
 // standard / checkpoint forward: P materialised row block by row block.
 
 // With dropout it keeps P̃ and the mask Z beside P (what a framework's softmax, dropout and matmul
-// save), and O = P̃·V.
+// save), and O = P̃·V. A null O computes P (P̃, Z) alone: checkpoint's recompute, whose backward reads
+// no O.
 void standard_forward(const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V,
                       float* O, float* P, float* dropped, uint8_t* mask) {
   const int64_t N = s.seq, Nk = s.key_rows(), Br = t.row_block;
@@ -219,7 +220,7 @@ void standard_forward(const LayerShape& s, const Tiling& t, const float* Q, cons
                  mask + rows_offset + (i - r0) * Nk);
       weights = dropped + rows_offset;
     }
-    output_rows(s, head, r0, r1, weights, O + h * N * s.head_dim);
+    if (O) output_rows(s, head, r0, r1, weights, O + h * N * s.head_dim);
   });
 }
 
@@ -422,8 +423,8 @@ void v2_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward with P materialised (standard, v1 after recomputing P, checkpoint after re-running the
-// standard forward). dS overwrites P in place, which is dead after this pass.
+// Backward with P materialised (standard, v1 after recomputing P, checkpoint after recomputing P as
+// the standard forward computes it). dS overwrites P in place, which is dead after this pass.
 //   pass 1 (K/V head g, column blocks c):  dV_c = Σ_h P_h[:, c]ᵀ·dO_h over g's query heads h
 //   pass 2 (query head h, row blocks r):   dP_r = dO_r·Vᵀ, D_i = Σ_j P_ij·dP_ij over the whole row,
 //                                          dS_r = P_r ∘ (dP_r − D), dQ_r = scale·dS_r·K
@@ -431,7 +432,12 @@ void v2_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
 // The sums over a group run inside one work item, so dK and dV are written by one thread and need no
 // reduction buffer. Under the causal mask P_ij = 0 for j > i + N_k − N, so column block c only needs
 // the rows from first_row_seeing(c0) on, and row block r only its block_columns. Workspace: dP rows
-// [Br, N_k] per thread.
+// [Br, N_k] per thread. With dropout P̃ is read by pass 1 alone, so the dP rows may lie over it
+// (checkpoint's recomputed P̃ is workspace; standard's and v1's are kept).
+
+int64_t dP_rows_elements(const LayerShape& s, const Tiling& t, int threads) {
+  return int64_t{threads} * t.row_block * s.key_rows();
+}
 
 void materialised_backward(const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V,
                            const float* dO, float* P, const float* dropped, const uint8_t* mask, float* dQ, float* dK,
@@ -731,7 +737,7 @@ void validate(const Tiling& t) {
 int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& s, const Tiling& t, int threads) {
   validate(t);
   const int64_t T = threads, Br = t.row_block, Bc = t.col_block, N = s.seq, Nk = s.key_rows(), BH = s.heads_total;
-  const int64_t dP_rows = T * Br * Nk;  // materialised backward: dP of one row block per thread
+  const int64_t dP_rows = dP_rows_elements(s, t, threads);  // materialised backward: dP of one row block per thread
   if (pass == Pass::forward) {
     switch (variant) {
       case Variant::standard: return 0;
@@ -745,10 +751,11 @@ int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& s, cons
     case Variant::v1: return dP_rows;
     case Variant::v2: return BH * N + T * V2BackwardScratch::elements(s, t);
     case Variant::checkpoint: {
-      // The recomputed forward: P and O, and with dropout P̃ and the mask (bytes, in whole floats).
+      // What standard keeps, recomputed: P, and with dropout P̃ and the mask (bytes, in whole
+      // floats); the dP rows lie over P̃, which is dead once dV is made.
       const int64_t scores = BH * N * Nk;
-      const int64_t dropout = s.dropout.active() ? scores + (scores + 3) / 4 : 0;
-      return scores + BH * N * s.head_dim + dropout + dP_rows;
+      if (!s.dropout.active()) return scores + dP_rows;
+      return scores + std::max(scores, dP_rows) + (scores + 3) / 4;
     }
   }
   return 0;
@@ -773,7 +780,7 @@ void backward(Variant variant, const LayerShape& s, const Tiling& t, const float
               const float* O, const float* dO, const KeptView& kept, float* dQ, float* dK, float* dV,
               MemorySpace& space) {
   validate(t);
-  const int64_t BH = s.heads_total, N = s.seq, Nk = s.key_rows(), d = s.head_dim;
+  const int64_t BH = s.heads_total, N = s.seq, Nk = s.key_rows();
   const int threads = omp_get_max_threads();
   Buffer<float> workspace = allocate_workspace(space, workspace_elements(variant, Pass::backward, s, t, threads));
   float* dP_rows = workspace.data();
@@ -789,19 +796,19 @@ void backward(Variant variant, const LayerShape& s, const Tiling& t, const float
       v2_backward(s, t, Q, K, V, O, dO, kept.lse, dQ, dK, dV, workspace.data());
       break;
     case Variant::checkpoint: {
-      // Re-run the whole standard forward of this layer (P and O, with dropout P̃ and the mask drawn
-      // again from the generator), then the standard backward.
+      // Recompute what standard keeps (P, with dropout P̃ and the mask drawn again from the
+      // generator), then the standard backward. O is not recomputed: the backward reads none, and
+      // holding it would put checkpoint's backward above standard's (the CUDA checkpoint
+      // recomputes P alone too).
+      // Its workspace: P, then P̃ with the dP rows over it, then the mask (workspace_elements).
       const int64_t scores = BH * N * Nk;
       float* P = workspace.data();
-      float* O_recomputed = P + scores;
-      float* dropped = O_recomputed + BH * N * d;
-      uint8_t* mask = nullptr;
+      float* dropped = P + scores;
       dP_rows = dropped;
-      if (s.dropout.active()) {
-        mask = reinterpret_cast<uint8_t*>(dropped + scores);
-        dP_rows = dropped + scores + (scores + 3) / 4;
-      }
-      standard_forward(s, t, Q, K, V, O_recomputed, P, dropped, mask);
+      uint8_t* mask = nullptr;
+      if (s.dropout.active())
+        mask = reinterpret_cast<uint8_t*>(dropped + std::max(scores, dP_rows_elements(s, t, threads)));
+      standard_forward(s, t, Q, K, V, /*O=*/nullptr, P, dropped, mask);
       materialised_backward(s, t, Q, K, V, dO, P, dropped, mask, dQ, dK, dV, dP_rows);
       break;
     }

@@ -11,6 +11,11 @@ namespace {
 
 bool per_head(Variant variant) { return variant == Variant::standard || variant == Variant::v1; }
 
+// checkpoint's backward recomputes P one head at a time, as standard and v1 hold it: all heads at
+// once would hold the layer's fp32 [B·H, N, N], about twice standard's 16-bit kept P (its forward
+// holds a row block per thread only, and runs the layer whole).
+bool recomputes_per_head(Variant variant, Pass pass) { return variant == Variant::checkpoint && pass == Pass::backward; }
+
 // 16-bit storage runs square attention only, G = H and N_k = N (CpuAttention::unsupported says so).
 LayerShape one_head(const LayerShape& s) { return {1, s.seq, s.head_dim, s.causal, s.scale, s.score_storage}; }
 
@@ -50,9 +55,11 @@ void widen_from_storage(Dtype dtype, const Half* x, float* out, int64_t count) {
 }
 
 int64_t workspace16_elements(Variant variant, Pass pass, const LayerShape& s, const Tiling& t, int threads) {
-  const int64_t inner = per_head(variant)
-                            ? head_scores_elements(variant, s) + workspace_elements(variant, pass, one_head(s), t, threads)
-                            : workspace_elements(variant, pass, s, t, threads);
+  int64_t inner = workspace_elements(variant, pass, s, t, threads);
+  if (per_head(variant))
+    inner = head_scores_elements(variant, s) + workspace_elements(variant, pass, one_head(s), t, threads);
+  else if (recomputes_per_head(variant, pass))
+    inner = workspace_elements(variant, pass, one_head(s), t, threads);  // its recomputed P inside
   return staging_elements(variant, pass, s) + inner;
 }
 
@@ -130,6 +137,12 @@ void backward16(Variant variant, Dtype dtype, const LayerShape& s, const Tiling&
         head.row_sum = row_sum.data();
       }
       backward(variant, one_head(s), t, Q32 + offset, K32 + offset, V32 + offset, nullptr, dO32 + offset, head,
+               dQ + offset, dK + offset, dV + offset, space);
+    }
+  } else if (recomputes_per_head(variant, Pass::backward)) {
+    for (int64_t h = 0; h < BH; ++h) {
+      const int64_t offset = h * N * d;
+      backward(variant, one_head(s), t, Q32 + offset, K32 + offset, V32 + offset, nullptr, dO32 + offset, KeptView{},
                dQ + offset, dK + offset, dV + offset, space);
     }
   } else {

@@ -71,15 +71,23 @@ void set_flashbench(PresetRow& row, double value, std::string what) {
 
 struct VariantModels {
   ModelledMemory standard, v1, v2, checkpoint;
-  LayerMemory standard_layer, v1_layer, v2_layer;
+  LayerMemory standard_layer, v1_layer, v2_layer, checkpoint_layer;
 };
 
 VariantModels model_all(const Problem& problem, const ModelSource& model) {
   return {model.stack(problem, Variant::standard),   model.stack(problem, Variant::v1),
           model.stack(problem, Variant::v2),         model.stack(problem, Variant::checkpoint),
           model.layer(problem, Variant::standard),   model.layer(problem, Variant::v1),
-          model.layer(problem, Variant::v2)};
+          model.layer(problem, Variant::v2),         model.layer(problem, Variant::checkpoint)};
 }
+
+// Q, K, V of one layer, the tensors a layer's backward reads as forward saw them: on this operator
+// the stack holds them per layer (tag input), as autograd saves an attention's inputs.
+double saved_qkv(const Problem& problem) { return double(saved_input_bytes_per_layer(problem)); }
+
+// What the layer's backward writes, beside the articles' gradients in the storage dtype.
+constexpr const char* kGradientsWhat =
+    "dQ, dK, dV of one layer in the device's gradient dtype (fp32 on the CPU: twice fp16; the storage dtype on CUDA)";
 
 // seed-002 (docs/articles.md): analyze_backward_memory(seq_len=4096, head_dim=128, num_heads=32, num_layers=32), whose
 // formulas count one head (fp16, "MB" = 2^20 bytes, "GB" = 2^30 bytes) although num_heads is passed.
@@ -149,6 +157,30 @@ Preset seed_002(const ModelSource& model) {
   set_flashbench(row, double(m.standard.peak_bytes), "standard: modelled peak of the 32-layer stack, all tags");
   preset.rows.push_back(row);
 
+  // Its autograd wrapper saves q, k, v and the output (ctx.save_for_backward(q, k, v, output)),
+  // [B, H, N, d] each in fp16, while its memory function counts the output alone; on this operator
+  // the stack holds the same four per layer: Q, K, V (input) and v2's kept O, with LSE beside it.
+  const double wrapper_saved = 4 * N * d * kFp16;
+  row = make_row("saved by its wrapper per layer: q, k, v, output", kNotPrinted, wrapper_saved, wrapper_saved * BH, "");
+  set_flashbench(row, saved_qkv(p) + double(m.v2_layer.kept_bytes),
+                 "Q, K, V of one layer (tag input) + v2's kept O and LSE (4 B per row)");
+  preset.rows.push_back(row);
+
+  // Its list of what V1 stores: Q and K [B, H, S, d_k] and m, l [B, H, S, 1] (fp32, as seed-000
+  // keeps them); it omits V, which dP = dO·Vᵀ reads, and the S its memory function adds.
+  const double v1_listed = 2 * N * d * kFp16 + 2 * N * 4;
+  row = make_row("V1 stores, its list: Q, K, m, l", kNotPrinted, v1_listed, v1_listed * BH, "");
+  set_flashbench(row, saved_qkv(p) + double(m.v1_layer.kept_bytes),
+                 "v1: Q, K and V (tag input) + S, m, l (kept) per layer: V and S beside the list");
+  preset.rows.push_back(row);
+
+  // Its wrapper's backward returns grad_q, grad_k, grad_v (fp16, the shapes of q, k, v), which its
+  // memory function leaves out.
+  const double gradients = 3 * N * d * kFp16;
+  row = make_row("dQ, dK, dV per layer (returned, not counted)", kNotPrinted, gradients, gradients * BH, "");
+  set_flashbench(row, double(m.v2_layer.grad_bytes), kGradientsWhat);
+  preset.rows.push_back(row);
+
   row = make_row("V2 saving vs standard", Printed{"97.6%", 97.6, 1, "%", 1, Claim::exact},
                  100.0 * (1.0 - v2_total / standard_total), 100.0 * (1.0 - v2_total / standard_total),
                  "97.6% is 1 - 0.19/8.00 from its printed, not its computed, figures; its formula gives 81.2%",
@@ -166,7 +198,7 @@ Preset seed_000(const ModelSource& model) {
                   "section 2 (m and l, two fp32 scalars per row); its GB is 10^9 B, its KB 2^10 B";
   preset.problem = Problem{.batch = 1, .heads = 32, .seq = 32768, .head_dim = 128, .layers = 1,
                            .causal = false, .dtype = Dtype::fp16};
-  preset.assumptions = "head_dim 128 and batch 1 (not stated; only the flashbench column depends on d)";
+  preset.assumptions = "head_dim 128 and batch 1 (not stated; P, m and l do not depend on d)";
   const Problem& p = preset.problem;
   const double N = double(p.seq), BH = double(p.heads_total());
   const VariantModels m = model_all(p, model);
@@ -192,6 +224,18 @@ Preset seed_000(const ModelSource& model) {
                  "v1: kept m + l per layer, all heads (v2 keeps LSE alone: half that)");
   preset.rows.push_back(row);
 
+  // What its backward reloads tile by tile (Q, K, V, dO [N, d] of a head in fp16) and the gradients
+  // it computes (dQ, dK, dV, the shapes of Q, K, V): named, not counted; with P they make up the
+  // standard layer's peak.
+  const double d = double(p.head_dim);
+  row = make_row("Q, K, V, dO that backward reloads", kNotPrinted, 4 * N * d * 2, 4 * N * d * 2 * BH, "");
+  set_flashbench(row, double(input_bytes(p)), "Q, K, V, dO of the layer (tag input)");
+  preset.rows.push_back(row);
+
+  row = make_row("dQ, dK, dV", kNotPrinted, 3 * N * d * 2, 3 * N * d * 2 * BH, "");
+  set_flashbench(row, double(m.standard_layer.grad_bytes), kGradientsWhat);
+  preset.rows.push_back(row);
+
   row = make_row("v2 peak, one layer", kNotPrinted, std::nullopt, std::nullopt, "");
   set_flashbench(row, double(m.v2.peak_bytes), "v2: modelled peak of one layer, all tags, fp16 storage");
   preset.rows.push_back(row);
@@ -213,6 +257,20 @@ Preset seed_003(const ModelSource& model) {
                            2 * N * N, 2 * N * N * BH,
                            "2 x 131072^2 B = 34.4 GB; 32 is its size in GiB (2^30 B) printed as GB");
   set_flashbench(row, double(m.standard_layer.kept_bytes), "standard: kept P per layer, all heads");
+  preset.rows.push_back(row);
+
+  // Its autograd function saves q, k, v and p (ctx.save_for_backward(q, k, v, p)): Q, K, V [N, d]
+  // and P [N, N] of a head in fp16, term by term what the stack holds per standard layer.
+  const double d = double(p.head_dim);
+  const double saved = (3 * N * d + N * N) * 2;
+  row = make_row("saved for backward: q, k, v, p", kNotPrinted, saved, saved * BH, "");
+  set_flashbench(row, saved_qkv(p) + double(m.standard_layer.kept_bytes),
+                 "Q, K, V of the layer (tag input) + standard's kept P");
+  preset.rows.push_back(row);
+
+  // Its backward returns dq, dk, dv, the shapes of q, k, v.
+  row = make_row("dq, dk, dv returned by backward", kNotPrinted, 3 * N * d * 2, 3 * N * d * 2 * BH, "");
+  set_flashbench(row, double(m.standard_layer.grad_bytes), kGradientsWhat);
   preset.rows.push_back(row);
 
   row = make_row("standard peak, one layer", kNotPrinted, std::nullopt, std::nullopt, "");
@@ -258,20 +316,36 @@ Preset korthikanti(const ModelSource& model) {
   preset.rows.push_back(row);
 
   // The paper's 11sbh of the attention block holds 4sbh for Q and K (the inputs of QKᵀ) and 2sbh for
-  // V (the input of the product with the dropped P); the rest (the QKV projection's input, the
-  // output projection's input and its dropout mask) lies outside the attention core.
+  // V (the input of the product with the dropped P); the rest (the QKV projection's input, 2sbh, the
+  // output projection's input, 2sbh, and its dropout mask, sbh) lies outside the attention core.
+  // With h = a·d, Q, K, V [b, a, s, d] in 2 bytes are 3·2·s·b·h = 6sbh: the stack's Q, K, V.
   row = make_row("6sbh: Q, K (QK^T's inputs) and V (the PV product's)", kNotPrinted, 6 * s * b * h, 6 * s * b * h, "");
-  set_flashbench(row, double(saved_input_bytes_per_layer(p)), "Q, K, V of one layer, kept to its backward (tag input)");
+  set_flashbench(row, saved_qkv(p), "Q, K, V of one layer, kept to its backward (tag input)");
   preset.rows.push_back(row);
 
   row = make_row("the attention core, no recompute: 6sbh + 5as^2b", kNotPrinted, 6 * s * b * h + 5 * a * s * s * b,
                  6 * s * b * h + 5 * a * s * s * b, "");
-  set_flashbench(row, double(saved_input_bytes_per_layer(p) + m.standard_layer.kept_bytes),
+  set_flashbench(row, saved_qkv(p) + double(m.standard_layer.kept_bytes),
                  "standard with dropout: Q, K, V and its kept P, mask, P~ per layer");
   preset.rows.push_back(row);
 
+  // Selective recomputation keeps the core's 6sbh and recomputes the 5as²b in backward: what
+  // checkpoint does (nothing kept beyond Q, K, V; P, P~ recomputed and the mask redrawn).
+  row = make_row("the attention core, selective recompute: 6sbh", kNotPrinted, 6 * s * b * h, 6 * s * b * h, "");
+  set_flashbench(row, saved_qkv(p) + double(m.checkpoint_layer.kept_bytes),
+                 "checkpoint: Q, K, V per layer, nothing kept beyond them");
+  preset.rows.push_back(row);
+
+  // FlashAttention keeps beside Q, K, V its output O, which the paper counts as the output
+  // projection's input (2sbh, outside the core), and the log-sum-exp, 4 bytes per row of each head.
+  row = make_row("the attention core, flash: 6sbh + 2sbh (O) + 4asb (LSE)", kNotPrinted, 8 * s * b * h + 4 * a * s * b,
+                 8 * s * b * h + 4 * a * s * b, "");
+  set_flashbench(row, saved_qkv(p) + double(m.v2_layer.kept_bytes), "v2: Q, K, V per layer + its kept O and LSE");
+  preset.rows.push_back(row);
+
+  // The whole layer's 34sbh includes the projections, the MLP and LayerNorm, which flashbench's
+  // stack does not have: no flashbench column.
   row = make_row("per-layer activations, selective recompute: 34sbh", kNotPrinted, 34 * s * b * h, 34 * s * b * h, "");
-  set_flashbench(row, double(m.v2_layer.kept_bytes), "v2: kept per layer (O and LSE; the mask regenerated)");
   preset.rows.push_back(row);
 
   row = make_row("share of a layer's activations selective recompute saves", kNotPrinted,
@@ -308,8 +382,15 @@ Preset korthikanti(const ModelSource& model) {
     row = make_row(tag + ": 5as^2b", kNotPrinted, 5 * aq * s * s * b, 5 * aq * s * s * b, "");
     set_flashbench(row, double(mq.standard_layer.kept_bytes), "standard with dropout: kept P, mask and P~ per layer");
     preset.rows.push_back(row);
+    row = make_row(tag + ": 6sbh, Q, K, V", kNotPrinted, 6 * s * b * hq, 6 * s * b * hq, "");
+    set_flashbench(row, saved_qkv(q), "Q, K, V of one layer (tag input)");
+    preset.rows.push_back(row);
+    row = make_row(tag + ": the attention core, selective recompute: 6sbh", kNotPrinted, 6 * s * b * hq,
+                   6 * s * b * hq, "");
+    set_flashbench(row, saved_qkv(q) + double(mq.checkpoint_layer.kept_bytes),
+                   "checkpoint: Q, K, V per layer, nothing kept beyond them");
+    preset.rows.push_back(row);
     row = make_row(tag + ": selective recompute, 34sbh", kNotPrinted, 34 * s * b * hq, 34 * s * b * hq, "");
-    set_flashbench(row, double(mq.v2_layer.kept_bytes), "v2: kept per layer (O and LSE)");
     preset.rows.push_back(row);
   }
   return preset;

@@ -2,7 +2,9 @@
 // 16-bit storage (bf16, fp16) on the CPU: inputs, activations and kept tensors live in 16 bits, the
 // arithmetic stays fp32. A layer widens its input into fp32 staging, runs the fp32 kernels and rounds
 // what it keeps. standard and v1 run one head at a time so that their fp32 N×N temporary is one
-// head's [N, N], not the layer's [B·H, N, N]; the kept copy is the rounded [B·H, N, N].
+// head's [N, N], not the layer's [B·H, N, N]; the kept copy is the rounded [B·H, N, N]. checkpoint's
+// backward recomputes P one head at a time for the same reason, so it holds what standard holds
+// there less the kept copy.
 #include <cstdint>
 
 #include "flashbench/cpu/attention.hpp"
@@ -27,8 +29,8 @@ struct KeptView16 {
 
 // Workspace one 16-bit layer call holds at its peak [floats]: the fp32 staging of its inputs
 // (forward: Q, K, V and O; backward: Q, K, V, dO, and O for v2) plus, on top of it, one head's fp32
-// scores with that head's kernel workspace (standard, v1) or the whole layer's kernel workspace
-// (v2, checkpoint).
+// scores with that head's kernel workspace (standard, v1), one head's kernel workspace (checkpoint's
+// backward, its recomputed P inside) or the whole layer's kernel workspace (v2, checkpoint's forward).
 int64_t workspace16_elements(Variant variant, Pass pass, const LayerShape& shape, const Tiling& tiling,
                              int threads);
 
