@@ -26,6 +26,7 @@
 #include "cli/exports.hpp"
 #include "cli/progress.hpp"
 #include "flashbench/harness/registry.hpp"
+#include "flashbench/input_file.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/environment.hpp"
 #include "flashbench/errors.hpp"
@@ -87,9 +88,8 @@ void apply_profile(const RunFlags& flags, SweepSpec& spec, RunOptions& options) 
 PeakReport cpu_ceilings(const RunFlags& flags, const DeviceEntry& entry, int threads) {
   if (flags.measure_peak) return entry.measure_peak(threads, 2048, false);
   const std::string& path = *flags.peak_file;
-  std::ifstream file(path);
-  if (!file) throw UsageError(fmt::format("--peak-file: cannot read '{}'", path));
-  const nlohmann::json document = nlohmann::json::parse(file, nullptr, false);
+  const nlohmann::json document =
+      parse_json_bounded<nlohmann::json>(read_input_file(path, "--peak-file", kMaxConfigFileBytes), path, false);
   const std::optional<PeakReport> peak =
       document.is_object() && document.contains("peak") ? peak_from_json(document.at("peak")) : std::nullopt;
   if (!peak)
