@@ -125,8 +125,8 @@ void register_grad(CLI::App& app) {
                 "Apply the causal mask, bottom-right aligned: row i sees keys j <= i + N_k - N (a row that sees none gives 0)");
   sub->add_option("--dropout", options->dropout, "Dropout probability p on the attention weights (Philox 4x32-10 mask)")
       ->capture_default_str();
-  sub->add_option("--seed", options->seed, "Seed of the dropout mask (element (h*N + i)*N_k + j of the [B*H, N, N_k] "
-                                           "weights, offset 0)")->capture_default_str();
+  add_seed_option(sub, options->seed, "Seed of the dropout mask (element (h*N + i)*N_k + j of the [B*H, N, N_k] "
+                                      "weights, offset 0)");
   sub->add_option("--q", options->q, "Q.npy [B,H,N,d]")->required();
   sub->add_option("--k", options->k, "K.npy [B,G,N_k,d]")->required();
   sub->add_option("--v", options->v, "V.npy [B,G,N_k,d], K's shape")->required();

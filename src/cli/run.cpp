@@ -555,7 +555,7 @@ void register_run(CLI::App& app) {
                 "else 100) and leaves out the columns the legend names");
   optional_string("--mem-limit", flags->mem_limit,
                   "Memory budget, e.g. 8GiB (default: what the device has free: MemAvailable, the GPU's free memory)");
-  sub->add_option("--seed", flags->seed, "Seed of the random inputs")->check(CLI::NonNegativeNumber)->capture_default_str();
+  add_seed_option(sub, flags->seed, "Seed of the random inputs");
   sub->add_option_function<double>("--input-scale", [flags](double value) {
     if (!(value > 0 && std::isfinite(value))) throw UsageError(fmt::format("--input-scale must be a positive number (got {})", value));
     flags->input_scale = value;
