@@ -359,6 +359,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   // Read before this process loads the machine (the device, the ceilings).
   const EnvironmentSource host = host_environment_source();
   const HostEnvironment environment = read_host_environment(host);
+  const std::optional<CpuTimes> cpu_times_start = read_cpu_times(host);
   std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = spec.threads, .index = flags.device_index});
   const int threads = omp_get_max_threads();
 
@@ -481,6 +482,11 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     reporter->mark_incomplete(not_run);
   }
   reporter->set_meta_at_end("/environment/load_average_end", load_average_json(read_load_average(host)));
+  // What other processes used while this one ran: what compare's load bound reads first.
+  const std::optional<CpuTimes> cpu_times_end = read_cpu_times(host);
+  const std::optional<double> others = cpu_times_start && cpu_times_end
+                                           ? other_cpu_load(*cpu_times_start, *cpu_times_end) : std::nullopt;
+  reporter->set_meta_at_end("/environment/other_cpu_load", others ? nlohmann::ordered_json(*others) : nullptr);
   reporter->finish();
   destination.commit();
   exports.commit();

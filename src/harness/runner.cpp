@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <thread>
 #include <cstdlib>
 #include <cmath>
 #include <functional>
@@ -258,6 +259,17 @@ void inject_failure(const Implementation& implementation) {
   const char* name = std::getenv("FLASHBENCH_INJECT_FAILURE");
   if (name && implementation.name() == name)
     throw RuntimeFailure(fmt::format("injected failure in {} (FLASHBENCH_INJECT_FAILURE)", implementation.name()));
+}
+
+// FLASHBENCH_INJECT_SLOWDOWN=FACTOR (> 1) makes every timed pass take FACTOR times as long (it waits
+// out the difference inside the timed region), so that a test can make a regression on purpose and
+// see compare catch it; nothing else reads it. 1 when unset or not a number above 1.
+double injected_slowdown() {
+  const char* text = std::getenv("FLASHBENCH_INJECT_SLOWDOWN");
+  if (!text) return 1;
+  char* end = nullptr;
+  const double factor = std::strtod(text, &end);
+  return end != text && *end == '\0' && factor > 1 && factor < 100 ? factor : 1;
 }
 
 uint64_t problem_seed(const RunOptions& options, const Problem& problem) {
@@ -599,10 +611,16 @@ void measure(Device& device, const RunOptions& options, const Problem& problem, 
   inject_failure(implementation);
   // A timed region starts on a busy device, so that what the host does to queue it is hidden the
   // same way for every implementation (Device::occupy); its time is the device's work alone.
+  const double slowdown = injected_slowdown();
   const auto timed = [&](auto&& work) {
     device.occupy(kOccupyMs);
     timer->mark();
+    const auto begin = std::chrono::steady_clock::now();
     work();
+    if (slowdown > 1) {
+      device.synchronize();
+      std::this_thread::sleep_for((std::chrono::steady_clock::now() - begin) * (slowdown - 1));
+    }
     timer->mark();
   };
 
