@@ -543,7 +543,7 @@ void register_run(CLI::App& app) {
   sub->add_option_function<int>("--threads", [flags](int value) {
     if (value < 1) throw UsageError(fmt::format("--threads must be at least 1 (got {})", value));
     flags->sweep.threads = value;
-  }, "OpenMP threads (default: all cores)");
+  }, "OpenMP threads (default: all cores; a count past the hardware threads is held to them, with a warning)");
   sub->add_option_function<int>("--warmup", [flags](int v) { flags->sweep.warmup = v; }, "Untimed runs first (default 1)");
   sub->add_option_function<double>("--warmup-time", [flags](double v) { flags->sweep.warmup_ms = v; },
                                    "... and at least this many ms of them");
