@@ -10,7 +10,8 @@
 5. compare judges load as a difference between the sides: times doubled under the same heavy load
    on both sides are SLOWER and --fail-on-regression exits 3 (it was UNSURE, exit 0); a load on the
    slower side alone that could explain the change keeps it UNSURE; the same load on the faster
-   side does not. The README's recipe (run, change, run, compare) catches a 1.3x slowdown made on
+   side does not; compare --baseline standard on one loaded run calls a 1.5x slower backward SLOWER.
+   The README's recipe (run, change, run, compare) catches a 1.3x slowdown made on
    purpose (FLASHBENCH_INJECT_SLOWDOWN, the test hook that waits out the extra time).
 
 usage: input_bounds_test.py FLASHBENCH_BINARY SOURCE_DIR
@@ -171,6 +172,35 @@ def compare_verdicts(binary, tmp):
           f"20x against a load that explains ~10x: SLOWER, exit 3 (exit {code}, {verdicts})")
 
 
+def baseline_under_load(binary, tmp):
+    """compare --baseline standard judges rows of one run, which all ran under the same load: that
+    load explains none of a 1.5x slower backward."""
+    path = tmp / "two.json"
+    result = run(binary, ["run", "--seq", "64", "--heads", "1", "--head-dim", "16", "--max-time", "0.05",
+                          "--variant", "standard,v2", "--threads", "1", "--rounds", "4",
+                          "--format", "json", "--out", str(path)])
+    check(result.returncode == 0, f"the two-variant run ({result.stderr.strip()[:200]})")
+    if result.returncode != 0:
+        return
+    document = json.loads(path.read_text())
+    heavy = 10.0 * document["meta"]["environment"]["logical_cpus"]
+    loaded = scaled(document, 1, heavy, heavy)
+    standard = next(row for row in loaded["rows"] if row["variant"] == "standard")
+    other = next(row for row in loaded["rows"] if row["variant"] == "v2")
+    other["timing"] = copy.deepcopy(standard["timing"])
+    timing = other["timing"]["bwd"]
+    for key in ("median_ms", "mean_ms", "min_ms", "max_ms", "stddev_ms", "ci95_low_ms", "ci95_high_ms"):
+        if isinstance(timing.get(key), (int, float)):
+            timing[key] *= 1.5
+    for key in ("samples_ms", "round_medians_ms"):
+        timing[key] = [value * 1.5 for value in timing.get(key, [])]
+    path.write_text(json.dumps(loaded))
+    gated = run(binary, ["compare", "--baseline", "standard", "--fail-on-regression", str(path)])
+    check(gated.returncode == 3 and "SLOWER" in gated.stdout,
+          f"--baseline standard: a 1.5x slower backward under the run's one heavy load is SLOWER, exit 3 "
+          f"(exit {gated.returncode}: {gated.stdout.strip()[-300:]})")
+
+
 def readme_recipe(binary, tmp):
     """run, change, run, compare: the change a 1.3x slowdown of every timed pass. On a shared machine
     another process can load one run more than the other (the verdict is then UNSURE, rightly), so a
@@ -202,6 +232,7 @@ def main():
         file_kinds(binary, tmp)
         seeds(binary)
         compare_verdicts(binary, tmp)
+        baseline_under_load(binary, tmp)
         readme_recipe(binary, tmp)
     return summary()
 
