@@ -568,7 +568,8 @@ void register_run(CLI::App& app) {
   }, "Multiply the random inputs Q, K, V by this (default 1): the logits grow as its square, to probe fp16's range");
   sub->add_flag("--no-check", flags->no_check, "Skip comparing outputs and gradients with the float64 reference");
   sub->add_option_function<double>("--check-budget", [flags](double value) {
-    if (!(value >= 0)) throw UsageError(fmt::format("--check-budget must be 0 or more GFLOP (got {})", value));
+    if (!(value >= 0 && std::isfinite(value)))
+      throw UsageError(fmt::format("--check-budget must be a finite number of GFLOP, 0 or more (got {})", value));
     flags->check_budget_gflop = value;
   }, "Most work the whole float64 reference of layer 0 may do per configuration [GFLOP] (default 250); beyond "
      "it the check compares sampled rows of O, dQ, dK and dV (up to 20x this), or says `not checked`");

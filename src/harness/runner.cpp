@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
-#include <thread>
 #include <cstdlib>
 #include <cmath>
 #include <functional>
 #include <new>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
