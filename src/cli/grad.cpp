@@ -45,7 +45,7 @@ std::vector<int64_t> unravel(const std::vector<int64_t>& shape, int64_t flat) {
 }
 
 NpyArray read_operand(const std::string& path, const std::string& flag) {
-  NpyArray array = read_npy(path);
+  NpyArray array = read_npy(path, flag);
   if (array.shape.size() != 4)
     throw UsageError(fmt::format("{} '{}' has {} axes; expected 4: [B, H, N, d]", flag, path, array.shape.size()));
   for (int64_t extent : array.shape)

@@ -23,8 +23,8 @@ constexpr size_t kMagicLength = 6;
 constexpr size_t kMaxHeaderBytes = 10000;
 }  // namespace
 
-NpyArray read_npy(const std::string& path) {
-  return parse_npy(read_input_file(path, ".npy", kMaxNpyFileBytes), path);
+NpyArray read_npy(const std::string& path, std::string_view flag) {
+  return parse_npy(read_input_file(path, flag, kMaxNpyFileBytes), path);
 }
 
 NpyArray parse_npy(std::string_view bytes, std::string_view path) {
