@@ -31,12 +31,16 @@ CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelW
   -DFLASHBENCH_BUILD_TESTS=OFF -DFLASHBENCH_CUDA=OFF -DFLASHBENCH_WARNINGS_AS_ERRORS=ON >/dev/null
 cmake --build "$build_dir" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 
+# The words of each target's format, so that mutations reach keys and headers rather than noise.
+declare -A dictionary=([sweep]=json [results]=json [npy]=npy)
 for target in "${targets[@]}"; do
   mkdir -p "$build_dir/corpus/$target" "$build_dir/artifacts/$target"
   echo "fuzz: $target for ${seconds} s" >&2
   # -timeout: an input taking over 10 s is a hang; -rss_limit_mb: one over 2 GiB a runaway
-  # allocation. Both count as findings.
+  # allocation. Both count as findings. -max_len 1 MiB: long enough for JSON nested far past the
+  # depth limit and for .npy headers past NumPy's 10000-byte cap (libFuzzer's default is 4 KiB).
   if ! "$build_dir/tests/fuzz/fuzz_$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+       -max_len=1048576 -dict="tests/fuzz/dict/${dictionary[$target]}.dict" \
        -artifact_prefix="$build_dir/artifacts/$target/" "$build_dir/corpus/$target" "tests/fuzz/corpus/$target" \
        2>"$build_dir/fuzz_$target.log"; then
     tail -n 60 "$build_dir/fuzz_$target.log" >&2

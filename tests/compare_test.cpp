@@ -186,6 +186,13 @@ TEST(HostLoad, SlowdownBoundFromTheLoadOtherProcessesPut) {
   EXPECT_FALSE(from_meta.end.has_value());
   EXPECT_EQ(from_meta.cpus, 4);
   EXPECT_DOUBLE_EQ(from_meta.slowdown_bound(2), 2.0);
+  // The CPUs other processes kept busy during the run decide where recorded: a load average of 6
+  // left by an earlier run of flashbench is not outside load.
+  const HostLoad measured = host_load(nlohmann::json::parse(
+      R"({"environment": {"load_average_start": {"1m": 6.0, "5m": 1, "15m": 1}, "other_cpu_load": 0.1, "logical_cpus": 4}})"));
+  EXPECT_EQ(measured.other_cpu, 0.1);
+  EXPECT_DOUBLE_EQ(measured.slowdown_bound(2), 1.0);   // (0.1 + 2) / 4 < 1
+  EXPECT_DOUBLE_EQ(measured.slowdown_bound(4), 1.025);  // (0.1 + 4) / 4
 }
 
 TEST(ComparePhase, ADifferenceTheLoadCouldExplainIsUnsure) {
@@ -198,6 +205,14 @@ TEST(ComparePhase, ADifferenceTheLoadCouldExplainIsUnsure) {
   EXPECT_EQ(compare_phase(a, twice, {}, 3.75, 1.0).verdict, Verdict::slower);  // A's load makes A slower, not B
   EXPECT_EQ(compare_phase(twice, a, {}, 3.75, 1.0).verdict, Verdict::unsure);  // B faster: A's load explains it
   EXPECT_EQ(compare_phase(a, rounds_around(50.0, 0.01, 9), {}, 1.0, 3.75).verdict, Verdict::slower);  // 5x > 3.75
+  // The same load on both sides slowed both alike: it explains none of a 2x difference, either way.
+  const PhaseComparison both_loaded = compare_phase(a, twice, {}, 3.75, 3.75);
+  EXPECT_EQ(both_loaded.verdict, Verdict::slower);
+  EXPECT_DOUBLE_EQ(both_loaded.load_bound, 1.0);
+  EXPECT_EQ(compare_phase(twice, a, {}, 3.75, 3.75).verdict, Verdict::faster);
+  // Only the load beyond the faster side's counts: 3.75 against 2.5 could make 1.5x, not 2x.
+  EXPECT_EQ(compare_phase(a, twice, {}, 2.5, 3.75).verdict, Verdict::slower);
+  EXPECT_EQ(compare_phase(a, twice, {}, 1.5, 3.75).verdict, Verdict::unsure);
   EXPECT_EQ(compare_phase(a, a, {}, 3.75, 3.75).verdict, Verdict::same);
 }
 

@@ -95,7 +95,7 @@ TEST(SamplingPolicy, ValidateNamesTheFlag) {
   };
   SamplingPolicy p = policy;
   p.min_samples = 3;
-  EXPECT_NE(message_of(p).find("--min-samples must be at least 5"), std::string::npos);
+  EXPECT_NE(message_of(p).find("--min-samples must be from 5 to"), std::string::npos);
   p = policy;
   p.max_noise = 0;
   EXPECT_NE(message_of(p).find("--max-noise"), std::string::npos);

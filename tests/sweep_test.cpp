@@ -163,7 +163,7 @@ TEST(SweepFile, ErrorsNameTheFileAndTheKey) {
   EXPECT_EQ(usage_message([] { parse_sweep_json(R"({"seq": 16, "seq_q": 32})", "f.json"); }),
             "f.json: seq and seq_q both set N: give one");
   EXPECT_NE(usage_message([] { parse_sweep_json("{", "f.json"); }).find("f.json: not valid JSON"), std::string::npos);
-  EXPECT_EQ(usage_message([] { load_sweep_file("/nonexistent/x.json"); }), "--config: cannot read '/nonexistent/x.json'");
+  EXPECT_EQ(usage_message([] { load_sweep_file("/nonexistent/x.json"); }), "--config: cannot read '/nonexistent/x.json': No such file or directory");
 }
 
 TEST(SweepFile, FlagsOverrideTheFile) {

@@ -33,15 +33,19 @@ inline constexpr size_t kMinTestSamples = 3;
 // smallest two-sided p is 0.1, so it could never say "different" at alpha 0.05 (4 and 4: 0.029).
 inline constexpr size_t kMinTestRounds = 4;
 
-// What other processes did on a run's machine: meta.environment's 1-minute load averages before
-// and after the run, and its logical CPUs. Absent values are unknown, not zero.
+// What other processes did on a run's machine: meta.environment's CPUs other processes kept busy
+// during the run (other_cpu_load), its 1-minute load averages before and after the run, and its
+// logical CPUs. Absent values are unknown, not zero.
 struct HostLoad {
   std::optional<double> start, end;
+  std::optional<double> other_cpu;  // other_cpu_load; files written before it have only the averages
   std::optional<int> cpus;
   // The factor by which other processes could have slowed a row that ran `threads` threads (at
   // least 1): with `other` runnable threads beside those T on C CPUs each gets C / (other + T) of a
-  // CPU, so the bound is max(1, (other + T) / C), `other` being the load before the run or the load
-  // after it less the row's own T, whichever is larger. 1 when the load was not recorded.
+  // CPU, so the bound is max(1, (other + T) / C). `other` is other_cpu_load where recorded: the load
+  // average also counts what flashbench itself left (it decays over minutes, so a run right after
+  // another starts with the first one's threads in it). Otherwise the load before the run or the load
+  // after it less the row's own T, whichever is larger. 1 when no load was recorded.
   double slowdown_bound(int threads) const;
 };
 HostLoad host_load(const nlohmann::json& meta);
@@ -58,7 +62,9 @@ struct PhaseComparison {
   // fewer than kMinTestRounds the test runs over the samples, but the bar still rises to it).
   double round_noise = 0;
   size_t rounds = 1;                 // round medians of the side with fewer (1: a single run)
-  double load_bound = 1;             // HostLoad::slowdown_bound on the side that came out slower
+  // How much more the slower side's load could have slowed it than the faster side's did: the ratio of
+  // their HostLoad::slowdown_bound, at least 1 (equal loads on both sides explain no difference).
+  double load_bound = 1;
   Verdict verdict = Verdict::same;
 };
 std::string_view to_string(PhaseComparison::Basis basis);  // "samples", "rounds"

@@ -37,12 +37,25 @@ struct HostEnvironment {
 HostEnvironment read_host_environment(const EnvironmentSource& source);
 std::optional<std::array<double, 3>> read_load_average(const EnvironmentSource& source);
 
+// CPU time the whole machine and this process had used at one moment, and when: two of them tell
+// the load other processes put on the machine during a run from the run's own, which the load
+// average cannot (it still carries, for minutes, what an earlier run of flashbench did).
+struct CpuTimes {
+  double machine_busy_s = 0;  // all CPUs, not idle (/proc/stat's first line)
+  double own_s = 0;           // this process, every thread, user and system (getrusage)
+  double wall_s = 0;          // a steady clock
+};
+std::optional<CpuTimes> read_cpu_times(const EnvironmentSource& source);
+// The CPUs other processes kept busy on average from `start` to `end`: (machine busy - own) / wall,
+// at least 0; nullopt when no time passed.
+std::optional<double> other_cpu_load(const CpuTimes& start, const CpuTimes& end);
+
 // One sentence each: a governor other than `performance`; a 1-minute load average at the start
 // above the number of logical CPUs.
 std::vector<std::string> environment_warnings(const HostEnvironment& start);
 
-// meta.environment: every field, null where the system did not say; load_average_end is filled in
-// at the end of the run.
+// meta.environment: every field, null where the system did not say; load_average_end and
+// other_cpu_load are filled in at the end of the run.
 nlohmann::ordered_json to_json(const HostEnvironment& environment);
 nlohmann::ordered_json load_average_json(const std::optional<std::array<double, 3>>& load);
 

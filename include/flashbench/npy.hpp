@@ -14,7 +14,7 @@ struct NpyArray {
 
 // Throws UsageError naming the file when it is missing, not a .npy file, Fortran-ordered, or of a
 // dtype other than little-endian float32/float64.
-NpyArray read_npy(const std::string& path);
+NpyArray read_npy(const std::string& path, std::string_view flag = ".npy");  // flag: named in errors
 // The same from the file's bytes; `path` names it in errors.
 NpyArray parse_npy(std::string_view bytes, std::string_view path);
 

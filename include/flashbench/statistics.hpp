@@ -75,9 +75,16 @@ struct SamplingPolicy {
   double throttle_threshold = 0.95;
 };
 inline constexpr int kMinSamplesFloor = 5;  // fewer samples give no confidence interval worth the name
+// Ceilings past any real use, so that a typo or a count near INT_MAX is a usage error rather than a
+// run that never ends (warm-up runs and the minimum samples are taken whatever the time).
+inline constexpr int kMaxWarmupRuns = 10000;
+inline constexpr int kMaxSampleCount = 1000000;
+inline constexpr double kMaxWarmupMs = 3600e3;   // an hour
+inline constexpr double kMaxTimeCeilingS = 86400;  // a day per configuration
 
 // Throws UsageError naming the flag of the first bad field (--warmup, --warmup-time,
-// --min-samples, --max-samples, --max-noise, --max-time, --throttle-threshold).
+// --min-samples, --max-samples, --max-noise, --max-time, --throttle-threshold), below its floor or above
+// its ceiling.
 void validate(const SamplingPolicy& policy);
 
 // True while more untimed warm-up runs are needed: fewer than policy.warmup runs, or less than

@@ -1,6 +1,12 @@
 #include "cli/commands.hpp"
 
+#include <charconv>
+#include <limits>
 #include <map>
+
+#include <fmt/format.h>
+
+#include "flashbench/errors.hpp"
 
 namespace flashbench::cli {
 
@@ -18,6 +24,23 @@ void add_workload_options(CLI::App* sub, Problem& problem) {
   sub->add_option("--seq-k", problem.seq_kv, "N_k, key/value rows (default N)");
   sub->add_flag("--expand-kv", problem.expand_kv, "K and V repeated to H heads (naive GQA)");
   sub->add_option("--dropout", problem.dropout, "Dropout probability p on the attention weights (default 0)");
+}
+
+CLI::Option* add_seed_option(CLI::App* sub, uint64_t& target, const std::string& help) {
+  // CLI11's own conversion saturates a number past 64 bits to the largest one: a different seed
+  // than the one given, silently. A seed is read whole, in decimal, or refused.
+  CLI::Option* option = sub->add_option_function<std::string>("--seed", [&target](const std::string& text) {
+    uint64_t value = 0;
+    const char* end = text.data() + text.size();
+    const auto [stop, error] = std::from_chars(text.data(), end, value);
+    if (error == std::errc::result_out_of_range)
+      throw UsageError(fmt::format("--seed {} is past the largest seed, {}", text, std::numeric_limits<uint64_t>::max()));
+    if (text.empty() || error != std::errc() || stop != end)
+      throw UsageError(fmt::format("--seed must be a whole number from 0 to {} (got '{}')",
+                                   std::numeric_limits<uint64_t>::max(), text));
+    target = value;
+  }, help);
+  return option->default_str(std::to_string(target));
 }
 
 int run_selected(CLI::App& app, int argc, char** argv) {

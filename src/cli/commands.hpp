@@ -3,6 +3,7 @@
 // app and stores what to run; run_selected runs the one the user chose and returns the exit code.
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -14,6 +15,9 @@ namespace flashbench::cli {
 // The workload options `model` and `fit` share with `run` (one value each there): --kv-heads,
 // --seq-k, --expand-kv, --dropout.
 void add_workload_options(CLI::App* subcommand, Problem& problem);
+
+// --seed: a decimal 64-bit seed; one past 64 bits, negative or not a number is a usage error.
+CLI::Option* add_seed_option(CLI::App* subcommand, uint64_t& target, const std::string& help);
 
 // A subcommand's action: receives argv (recorded in JSON meta) and returns the exit code.
 using Action = std::function<int(const std::vector<std::string>& argv)>;

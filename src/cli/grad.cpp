@@ -45,7 +45,7 @@ std::vector<int64_t> unravel(const std::vector<int64_t>& shape, int64_t flat) {
 }
 
 NpyArray read_operand(const std::string& path, const std::string& flag) {
-  NpyArray array = read_npy(path);
+  NpyArray array = read_npy(path, flag);
   if (array.shape.size() != 4)
     throw UsageError(fmt::format("{} '{}' has {} axes; expected 4: [B, H, N, d]", flag, path, array.shape.size()));
   for (int64_t extent : array.shape)
@@ -125,8 +125,8 @@ void register_grad(CLI::App& app) {
                 "Apply the causal mask, bottom-right aligned: row i sees keys j <= i + N_k - N (a row that sees none gives 0)");
   sub->add_option("--dropout", options->dropout, "Dropout probability p on the attention weights (Philox 4x32-10 mask)")
       ->capture_default_str();
-  sub->add_option("--seed", options->seed, "Seed of the dropout mask (element (h*N + i)*N_k + j of the [B*H, N, N_k] "
-                                           "weights, offset 0)")->capture_default_str();
+  add_seed_option(sub, options->seed, "Seed of the dropout mask (element (h*N + i)*N_k + j of the [B*H, N, N_k] "
+                                      "weights, offset 0)");
   sub->add_option("--q", options->q, "Q.npy [B,H,N,d]")->required();
   sub->add_option("--k", options->k, "K.npy [B,G,N_k,d]")->required();
   sub->add_option("--v", options->v, "V.npy [B,G,N_k,d], K's shape")->required();
@@ -134,7 +134,7 @@ void register_grad(CLI::App& app) {
   sub->add_option("--out", options->out,
                   "Directory for o.npy, dq.npy (Q's shape), dk.npy, dv.npy (K's shape); float32")
       ->required();
-  sub->add_option("--threads", options->threads, "OpenMP threads (default: all cores)");
+  sub->add_option("--threads", options->threads, "OpenMP threads (default: all cores; a count past the hardware threads is held to them, with a warning)");
   set_action(sub, [options, sub](const std::vector<std::string>&) {
     options->variant_given = sub->count("--variant") > 0;
     return run_grad(*options);

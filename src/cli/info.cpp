@@ -139,7 +139,7 @@ void register_info(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("info", "Version, build, CPU, threads, SIMD level, CUDA support, backends and their implementations");
   sub->add_option("--format", options->format, "table or json")->capture_default_str();
   sub->add_flag("--peak", options->peak, "Measure this machine's fp32 FMA and sgemm peak [GFLOP/s]");
-  sub->add_option("--threads", options->threads, "Threads for --peak (default: all)");
+  sub->add_option("--threads", options->threads, "Threads for --peak (default: all; at most the hardware threads)");
   sub->add_option("--peak-size", options->peak_size, "n of the n^3 sgemm for --peak")->capture_default_str();
   set_action(sub, [options](const std::vector<std::string>& argv) { return run_info(*options, argv); });
 }

@@ -26,6 +26,7 @@
 #include "cli/exports.hpp"
 #include "cli/progress.hpp"
 #include "flashbench/harness/registry.hpp"
+#include "flashbench/input_file.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/environment.hpp"
 #include "flashbench/errors.hpp"
@@ -87,9 +88,8 @@ void apply_profile(const RunFlags& flags, SweepSpec& spec, RunOptions& options) 
 PeakReport cpu_ceilings(const RunFlags& flags, const DeviceEntry& entry, int threads) {
   if (flags.measure_peak) return entry.measure_peak(threads, 2048, false);
   const std::string& path = *flags.peak_file;
-  std::ifstream file(path);
-  if (!file) throw UsageError(fmt::format("--peak-file: cannot read '{}'", path));
-  const nlohmann::json document = nlohmann::json::parse(file, nullptr, false);
+  const nlohmann::json document =
+      parse_json_bounded<nlohmann::json>(read_input_file(path, "--peak-file", kMaxConfigFileBytes), path, false);
   const std::optional<PeakReport> peak =
       document.is_object() && document.contains("peak") ? peak_from_json(document.at("peak")) : std::nullopt;
   if (!peak)
@@ -359,6 +359,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   // Read before this process loads the machine (the device, the ceilings).
   const EnvironmentSource host = host_environment_source();
   const HostEnvironment environment = read_host_environment(host);
+  const std::optional<CpuTimes> cpu_times_start = read_cpu_times(host);
   std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = spec.threads, .index = flags.device_index});
   const int threads = omp_get_max_threads();
 
@@ -481,6 +482,11 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     reporter->mark_incomplete(not_run);
   }
   reporter->set_meta_at_end("/environment/load_average_end", load_average_json(read_load_average(host)));
+  // What other processes used while this one ran: what compare's load bound reads first.
+  const std::optional<CpuTimes> cpu_times_end = read_cpu_times(host);
+  const std::optional<double> others = cpu_times_start && cpu_times_end
+                                           ? other_cpu_load(*cpu_times_start, *cpu_times_end) : std::nullopt;
+  reporter->set_meta_at_end("/environment/other_cpu_load", others ? nlohmann::ordered_json(*others) : nullptr);
   reporter->finish();
   destination.commit();
   exports.commit();
@@ -537,7 +543,7 @@ void register_run(CLI::App& app) {
   sub->add_option_function<int>("--threads", [flags](int value) {
     if (value < 1) throw UsageError(fmt::format("--threads must be at least 1 (got {})", value));
     flags->sweep.threads = value;
-  }, "OpenMP threads (default: all cores)");
+  }, "OpenMP threads (default: all cores; a count past the hardware threads is held to them, with a warning)");
   sub->add_option_function<int>("--warmup", [flags](int v) { flags->sweep.warmup = v; }, "Untimed runs first (default 1)");
   sub->add_option_function<double>("--warmup-time", [flags](double v) { flags->sweep.warmup_ms = v; },
                                    "... and at least this many ms of them");
@@ -558,14 +564,15 @@ void register_run(CLI::App& app) {
                 "else 100) and leaves out the columns the legend names");
   optional_string("--mem-limit", flags->mem_limit,
                   "Memory budget, e.g. 8GiB (default: what the device has free: MemAvailable, the GPU's free memory)");
-  sub->add_option("--seed", flags->seed, "Seed of the random inputs")->check(CLI::NonNegativeNumber)->capture_default_str();
+  add_seed_option(sub, flags->seed, "Seed of the random inputs");
   sub->add_option_function<double>("--input-scale", [flags](double value) {
     if (!(value > 0 && std::isfinite(value))) throw UsageError(fmt::format("--input-scale must be a positive number (got {})", value));
     flags->input_scale = value;
   }, "Multiply the random inputs Q, K, V by this (default 1): the logits grow as its square, to probe fp16's range");
   sub->add_flag("--no-check", flags->no_check, "Skip comparing outputs and gradients with the float64 reference");
   sub->add_option_function<double>("--check-budget", [flags](double value) {
-    if (!(value >= 0)) throw UsageError(fmt::format("--check-budget must be 0 or more GFLOP (got {})", value));
+    if (!(value >= 0 && std::isfinite(value)))
+      throw UsageError(fmt::format("--check-budget must be a finite number of GFLOP, 0 or more (got {})", value));
     flags->check_budget_gflop = value;
   }, "Most work the whole float64 reference of layer 0 may do per configuration [GFLOP] (default 250); beyond "
      "it the check compares sampled rows of O, dQ, dK and dV (up to 20x this), or says `not checked`");

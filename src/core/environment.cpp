@@ -1,6 +1,10 @@
 #include "flashbench/environment.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -88,6 +92,33 @@ std::optional<std::array<double, 3>> read_load_average(const EnvironmentSource& 
   return load;
 }
 
+std::optional<CpuTimes> read_cpu_times(const EnvironmentSource& source) {
+  const std::optional<std::string> line = read_line(source, "proc/stat");
+  if (!line || line->rfind("cpu ", 0) != 0) return std::nullopt;
+  // cpu user nice system idle iowait irq softirq steal (guest time is inside user already)
+  std::istringstream fields(line->substr(4));
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (!(fields >> user >> nice >> system >> idle >> iowait >> irq >> softirq)) return std::nullopt;
+  if (!(fields >> steal)) steal = 0;
+  const double ticks_per_s = double(sysconf(_SC_CLK_TCK));
+  if (!(ticks_per_s > 0)) return std::nullopt;
+  rusage own{};
+  if (getrusage(RUSAGE_SELF, &own) != 0) return std::nullopt;
+  const auto seconds = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
+  CpuTimes times;
+  times.machine_busy_s = (user + nice + system + irq + softirq + steal) / ticks_per_s;
+  times.own_s = seconds(own.ru_utime) + seconds(own.ru_stime);
+  times.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return times;
+}
+
+std::optional<double> other_cpu_load(const CpuTimes& start, const CpuTimes& end) {
+  const double wall = end.wall_s - start.wall_s;
+  if (!(wall > 0)) return std::nullopt;
+  const double other = (end.machine_busy_s - start.machine_busy_s) - (end.own_s - start.own_s);
+  return std::max(0.0, other / wall);
+}
+
 HostEnvironment read_host_environment(const EnvironmentSource& source) {
   HostEnvironment env;
   env.load_average = read_load_average(source);
@@ -135,6 +166,7 @@ nlohmann::ordered_json to_json(const HostEnvironment& env) {
   ordered_json j;
   j["load_average_start"] = load_average_json(env.load_average);
   j["load_average_end"] = nullptr;
+  j["other_cpu_load"] = nullptr;
   j["logical_cpus"] = optional(env.logical_cpus);
   j["cpu_governors"] = env.governors.empty() ? ordered_json(nullptr) : ordered_json(env.governors);
   j["cpu_boost"] = optional(env.boost);

@@ -11,22 +11,20 @@
 #include <fmt/ranges.h>
 
 #include "flashbench/errors.hpp"
+#include "flashbench/input_file.hpp"
 
 namespace flashbench {
 
 namespace {
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicLength = 6;
+// NumPy's own reader refuses headers past 10000 bytes (np.load's max_header_size); a header is a
+// short dict, and the regular expressions below walk it recursively, so a longer one is refused.
+constexpr size_t kMaxHeaderBytes = 10000;
 }  // namespace
 
-NpyArray read_npy(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) throw UsageError(fmt::format("'{}' is a directory, not a .npy file", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(fmt::format("cannot open '{}'", path));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw UsageError(fmt::format("cannot read '{}'", path));
-  return parse_npy(bytes, path);
+NpyArray read_npy(const std::string& path, std::string_view flag) {
+  return parse_npy(read_input_file(path, flag, kMaxNpyFileBytes), path);
 }
 
 NpyArray parse_npy(std::string_view bytes, std::string_view path) {
@@ -53,6 +51,8 @@ NpyArray parse_npy(std::string_view bytes, std::string_view path) {
   } else {
     throw malformed(fmt::format("unsupported format version {}", major));
   }
+  if (header_length > kMaxHeaderBytes)
+    throw malformed(fmt::format("a header of {} bytes (NumPy writes and reads at most {})", header_length, kMaxHeaderBytes));
   if (header_start + header_length > bytes.size()) throw malformed("truncated header");
   const std::string header(bytes.substr(header_start, header_length));
 

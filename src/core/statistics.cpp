@@ -125,17 +125,22 @@ std::vector<std::string> timing_warnings(const TimingSummary& summary, std::stri
 }
 
 void validate(const SamplingPolicy& policy) {
-  if (policy.warmup < 0) throw UsageError(fmt::format("--warmup must be 0 or more (got {})", policy.warmup));
-  if (!(policy.warmup_ms >= 0))
-    throw UsageError(fmt::format("--warmup-time must be 0 or more (got {})", policy.warmup_ms));
-  if (policy.min_samples < kMinSamplesFloor)
-    throw UsageError(fmt::format("--min-samples must be at least {} (got {})", kMinSamplesFloor, policy.min_samples));
+  if (policy.warmup < 0 || policy.warmup > kMaxWarmupRuns)
+    throw UsageError(fmt::format("--warmup must be from 0 to {} (got {})", kMaxWarmupRuns, policy.warmup));
+  if (!(policy.warmup_ms >= 0 && policy.warmup_ms <= kMaxWarmupMs))
+    throw UsageError(fmt::format("--warmup-time must be from 0 to {} ms (got {})", kMaxWarmupMs, policy.warmup_ms));
+  if (policy.min_samples < kMinSamplesFloor || policy.min_samples > kMaxSampleCount)
+    throw UsageError(fmt::format("--min-samples must be from {} to {} (got {})", kMinSamplesFloor, kMaxSampleCount,
+                                 policy.min_samples));
   if (policy.max_samples < policy.min_samples)
     throw UsageError(fmt::format("--max-samples {} is below --min-samples {}", policy.max_samples, policy.min_samples));
+  if (policy.max_samples > kMaxSampleCount)
+    throw UsageError(fmt::format("--max-samples must be at most {} (got {})", kMaxSampleCount, policy.max_samples));
   if (!(policy.max_noise > 0 && policy.max_noise < 1))
     throw UsageError(fmt::format("--max-noise must be a fraction in (0, 1), e.g. 0.02 (got {})", policy.max_noise));
-  if (!(policy.max_time_s > 0))
-    throw UsageError(fmt::format("--max-time must be positive [s] (got {})", policy.max_time_s));
+  if (!(policy.max_time_s > 0 && policy.max_time_s <= kMaxTimeCeilingS))
+    throw UsageError(fmt::format("--max-time must be positive and at most {} [s] (got {})", kMaxTimeCeilingS,
+                                 policy.max_time_s));
   if (!(policy.throttle_threshold >= 0 && policy.throttle_threshold <= 1))
     throw UsageError(fmt::format("--throttle-threshold must be a fraction in [0, 1], e.g. 0.95 (got {})",
                                  policy.throttle_threshold));

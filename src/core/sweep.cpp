@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flashbench/errors.hpp"
+#include "flashbench/input_file.hpp"
 #include "flashbench/json_integer.hpp"
 
 namespace flashbench {
@@ -291,7 +292,7 @@ std::vector<Problem> expand(const SweepSpec& spec) {
 SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name) {
   json document;
   try {
-    document = json::parse(text);
+    document = parse_json_bounded<json>(text, source_name);
   } catch (const json::exception& error) {
     throw UsageError(fmt::format("{}: not valid JSON: {}", source_name, error.what()));
   }
@@ -356,11 +357,7 @@ SweepSpec parse_sweep_json(std::string_view text, std::string_view source_name) 
 }
 
 SweepSpec load_sweep_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(fmt::format("--config: cannot read '{}'", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return parse_sweep_json(buffer.str(), path);
+  return parse_sweep_json(read_input_file(path, "--config", kMaxConfigFileBytes), path);
 }
 
 nlohmann::ordered_json sweep_to_json(const SweepSpec& spec) {

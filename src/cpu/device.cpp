@@ -12,6 +12,7 @@
 #include "flashbench/cpu/kept.hpp"
 #include "flashbench/cpu/peak.hpp"
 #include "flashbench/cpu/storage16.hpp"
+#include "flashbench/cpu/threads.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/os_memory.hpp"
@@ -45,7 +46,7 @@ int64_t flush_bytes() {
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(const DeviceOptions& options) {
-    if (options.threads > 0) omp_set_num_threads(options.threads);
+    omp_set_num_threads(bounded_thread_count(options.threads, "--threads"));
     // Large blocks get pages of their own, so each implementation's VmHWM rises with what it
     // touches instead of reusing resident heap pages that an earlier one freed.
     use_fresh_pages_for_large_blocks();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "flashbench/cpu/gemm.hpp"
+#include "flashbench/cpu/threads.hpp"
 #include "flashbench/cpu/vector_math.hpp"
 
 #if defined(FLASHBENCH_HAVE_OPENBLAS)
@@ -166,7 +167,7 @@ std::vector<ProductRate> time_attention_products() {
 
 PeakReport measure_peak(int threads, int64_t sgemm_size, bool products) {
   PeakReport report;
-  report.threads = threads > 0 ? threads : omp_get_max_threads();
+  report.threads = cpu::bounded_thread_count(threads, "--threads");
   report.simd = cpu::simd::kLanes == 16 ? "AVX-512" : "AVX2";
 
   const std::vector<double> fma = time_fma(report.threads);

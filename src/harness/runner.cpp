@@ -8,6 +8,7 @@
 #include <functional>
 #include <new>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -258,6 +259,17 @@ void inject_failure(const Implementation& implementation) {
   const char* name = std::getenv("FLASHBENCH_INJECT_FAILURE");
   if (name && implementation.name() == name)
     throw RuntimeFailure(fmt::format("injected failure in {} (FLASHBENCH_INJECT_FAILURE)", implementation.name()));
+}
+
+// FLASHBENCH_INJECT_SLOWDOWN=FACTOR (> 1) makes every timed pass take FACTOR times as long (it waits
+// out the difference inside the timed region), so that a test can make a regression on purpose and
+// see compare catch it; nothing else reads it. 1 when unset or not a number above 1.
+double injected_slowdown() {
+  const char* text = std::getenv("FLASHBENCH_INJECT_SLOWDOWN");
+  if (!text) return 1;
+  char* end = nullptr;
+  const double factor = std::strtod(text, &end);
+  return end != text && *end == '\0' && factor > 1 && factor < 100 ? factor : 1;
 }
 
 uint64_t problem_seed(const RunOptions& options, const Problem& problem) {
@@ -608,7 +620,12 @@ class Measurement {
   void timed(Work&& work) {
     device_.occupy(kOccupyMs);
     timer_->mark();
+    const auto begin = std::chrono::steady_clock::now();
     work();
+    if (slowdown_ > 1) {  // the tests' hook (FLASHBENCH_INJECT_SLOWDOWN): the work made that much slower
+      device_.synchronize();
+      std::this_thread::sleep_for((std::chrono::steady_clock::now() - begin) * (slowdown_ - 1));
+    }
     timer_->mark();
   }
   // One forward and one backward on the next input set, timed: [fwd, the gap, bwd] in ms.
@@ -632,6 +649,7 @@ class Measurement {
   std::vector<double> fwd_ms_, bwd_ms_;
   std::vector<SampleClock> clocks_;  // one a sample where the device reads its clocks
   double sampling_seconds_ = 0;      // spent in this implementation's samples, for the stopping rule
+  const double slowdown_ = injected_slowdown();
 };
 
 Measurement::Measurement(Device& device, const RunOptions& options, const Problem& problem,

@@ -144,7 +144,7 @@ nlohmann::ordered_json differences_json(const std::vector<Difference>& differenc
 
 nlohmann::ordered_json load_json(const HostLoad& load) {
   return {{"load_start_1m", json_or_null(load.start)}, {"load_end_1m", json_or_null(load.end)},
-          {"cpus", json_or_null(load.cpus)}};
+          {"other_cpu_load", json_or_null(load.other_cpu)}, {"cpus", json_or_null(load.cpus)}};
 }
 
 // Who a row is, without its measurements.
@@ -216,7 +216,7 @@ std::vector<std::string> notes(const Comparison& comparison) {
     }
   lines.push_back(fmt::format(
       "SLOWER/FASTER: medians differ by more than {:.0f}% (or the rounds' spread, if larger) and the Mann-Whitney U "
-      "test gives p < {}; UNSURE: the load on the slower run's machine could explain it",
+      "test gives p < {}; UNSURE: the load on the slower run's machine, beyond the other's, could explain it",
       100 * comparison.options.threshold, comparison.options.alpha));
   if (by_rounds > 0)
     lines.push_back(fmt::format("{} rows judged on the medians of their rounds (run --rounds)", by_rounds));
@@ -248,9 +248,9 @@ std::string_view to_string(PhaseComparison::Basis basis) {
 }
 
 double HostLoad::slowdown_bound(int threads) const {
-  if (!cpus || *cpus < 1 || (!start && !end)) return 1;
+  if (!cpus || *cpus < 1 || (!other_cpu && !start && !end)) return 1;
   const double own = std::max(1, threads);
-  const double other = std::max({0.0, start.value_or(0), end.value_or(0) - own});
+  const double other = other_cpu ? std::max(0.0, *other_cpu) : std::max({0.0, start.value_or(0), end.value_or(0) - own});
   return std::max(1.0, (other + own) / double(*cpus));
 }
 
@@ -266,6 +266,8 @@ HostLoad host_load(const json& meta) {
   };
   load.start = one_minute("load_average_start");
   load.end = one_minute("load_average_end");
+  if (environment.contains("other_cpu_load") && environment.at("other_cpu_load").is_number())
+    load.other_cpu = environment.at("other_cpu_load").get<double>();
   // Another program's number: read only when it is an int, as the load bound is optional.
   if (environment.contains("logical_cpus")) load.cpus = json_integer_if<int>(environment.at("logical_cpus"));
   return load;
@@ -304,7 +306,8 @@ PhaseComparison compare_phase(const TimingSummary& a, const TimingSummary& b, co
   const bool significant = !phase.p_value || *phase.p_value < options.alpha;
   if (!moved || !significant) return phase;
   const bool slower = phase.ratio > 1;
-  phase.load_bound = slower ? load_bound_b : load_bound_a;
+  // Load that slowed both sides alike explains none of the difference between them.
+  phase.load_bound = std::max(1.0, slower ? load_bound_b / load_bound_a : load_bound_a / load_bound_b);
   const double change = slower ? phase.ratio : 1 / phase.ratio;  // > 1 + bar
   if (change <= phase.load_bound * (1 + bar)) phase.verdict = Verdict::unsure;
   else phase.verdict = slower ? Verdict::slower : Verdict::faster;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "flashbench/errors.hpp"
+#include "flashbench/input_file.hpp"
 #include "flashbench/json_integer.hpp"
 #include "flashbench/report.hpp"
 
@@ -409,14 +410,9 @@ Row row_from_json(const json& j) {
 }
 
 ResultsFile read_results_file(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) throw UsageError(fmt::format("'{}' is a directory, not a results file", path));
-  std::ifstream in(path);
-  if (!in) throw RuntimeFailure(fmt::format("cannot read '{}'", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  const std::string text = read_input_file(path, "results file", kMaxResultsFileBytes);
   const bool lines = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
-  return parse_results(buffer.str(), lines, path);
+  return parse_results(text, lines, path);
 }
 
 ResultsFile parse_results(std::string_view text, bool lines, std::string_view path) {
@@ -429,7 +425,7 @@ ResultsFile parse_results(std::string_view text, bool lines, std::string_view pa
   };
   try {
     if (!lines) {
-      const ordered_json document = ordered_json::parse(text);
+      const ordered_json document = parse_json_bounded<ordered_json>(text, path);
       if (!document.is_object()) throw UsageError(fmt::format("'{}' is not a flashbench results file: not a JSON object", path));
       if (document.contains("schema_version")) file.schema_version = document.at("schema_version");
       if (document.contains("meta")) file.meta = document.at("meta");
@@ -446,12 +442,12 @@ ResultsFile parse_results(std::string_view text, bool lines, std::string_view pa
                                                                                          : newline - start);
       start = newline == std::string_view::npos ? text.size() : newline + 1;
       if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-      ordered_json record = ordered_json::parse(line, nullptr, false);
+      ordered_json record = parse_json_bounded<ordered_json>(line, path, false);
       if (record.is_discarded() && newline == std::string_view::npos) {
         file.cut_last_line = true;  // the writer was killed in the middle of this line
         break;
       }
-      if (record.is_discarded()) record = ordered_json::parse(line);  // throws, saying where
+      if (record.is_discarded()) record = parse_json_bounded<ordered_json>(line, path);  // throws, saying where
       if (!record.is_object())
         throw UsageError(fmt::format("'{}' is not a flashbench results file: a line is not a JSON object", path));
       if (record.contains("meta")) {
