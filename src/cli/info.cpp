@@ -119,7 +119,7 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
     fmt::print("plugin       {} ({}, ABI {})\n", plugin["name"].get<std::string>(), plugin["path"].get<std::string>(),
                plugin["abi_version"].get<unsigned>());
     for (const auto& offer : plugin["implementations"])
-      fmt::print("  --impl {:<12} {}, keeps what {} keeps: {}\n", offer["name"].get<std::string>(),
+      fmt::print("  --impl {:<15} {}, keeps what {} keeps: {}\n", offer["name"].get<std::string>(),
                  offer["device"].get<std::string>(), offer["variant"].get<std::string>(),
                  offer["summary"].get<std::string>());
   }

@@ -294,7 +294,7 @@ EnvironmentSource host_environment_source() {
 
 int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   // Before anything asks the registry: a plugin's implementations are named like the built-in ones.
-  load_plugins(flags.plugins);
+  const std::vector<PluginDescription> plugins = load_plugins(flags.plugins);
   SweepSpec spec = resolve_sweep(flags.config, flags.sweep);
   RunOptions options;
   if (flags.profile) apply_profile(flags, spec, options);
@@ -382,6 +382,13 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   const std::vector<std::string> warnings = environment_warnings(environment);
   meta["warnings"] = warnings;
   if (earlier) meta["resumed_from"] = earlier_runs(earlier->meta);
+  // Which libraries the rows of plugin implementations came from (absent when none was loaded).
+  for (const PluginDescription& plugin : plugins) {
+    nlohmann::ordered_json names = nlohmann::ordered_json::array();
+    for (const PluginOffer& offer : plugin.implementations) names.push_back(offer.name);
+    meta["plugins"].push_back(
+        {{"path", plugin.path}, {"name", plugin.name}, {"abi_version", plugin.abi_version}, {"implementations", names}});
+  }
 
   // From here a signal stops the sweep in order: the rows kept and finished are written.
   const StopOnSignal stop;
