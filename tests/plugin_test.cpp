@@ -141,6 +141,15 @@ TEST(Plugin, WrongNumbersAndErrorsAreFailedRowsAndTheSweepGoesOn) {
   EXPECT_TRUE(rows[2].check && rows[2].check->passed());
 }
 
+TEST(Plugin, AnExceptionIsAFailedRowNamingIt) {
+  load_plugin(FLASHBENCH_PLUGIN_NAIVE);
+  load_plugin(FLASHBENCH_PLUGIN_THROWS);
+  const std::vector<Row> rows = run_on_cpu(Problem{.heads = 2, .seq = 16, .head_dim = 8}, {"throws.cpp", "naive.c"});
+  EXPECT_EQ(rows[0].status, Status::failed);
+  EXPECT_EQ(rows[0].reason, "plugin implementation throws.cpp: forward threw: out of tiles");
+  EXPECT_EQ(rows[1].status, Status::ok) << rows[1].reason;
+}
+
 TEST(Plugin, MemoryTakenAroundTheLedgerIsNamedOnTheRow) {
   load_plugin(FLASHBENCH_PLUGIN_BROKEN);
   const Problem problem{.batch = 1, .heads = 2, .seq = 32, .head_dim = 16};
