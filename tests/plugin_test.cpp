@@ -151,6 +151,7 @@ TEST(Plugin, AnExceptionIsAFailedRowNamingIt) {
 }
 
 TEST(Plugin, MemoryTakenAroundTheLedgerIsNamedOnTheRow) {
+  load_plugin(FLASHBENCH_PLUGIN_NAIVE);
   load_plugin(FLASHBENCH_PLUGIN_BROKEN);
   const Problem problem{.batch = 1, .heads = 2, .seq = 32, .head_dim = 16};
   const std::vector<Row> rows = run_on_cpu(problem, {"naive.c", "broken.hidden"});
