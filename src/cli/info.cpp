@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "flashbench/harness/plugins.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/config.hpp"
 #include "flashbench/errors.hpp"
@@ -44,10 +45,23 @@ struct InfoOptions {
   bool peak = false;        // measure the fp32 FMA and sgemm ceilings (about a second)
   int threads = 0;          // for --peak; 0: all
   int64_t peak_size = 2048; // n of the n×n×n sgemm
+  std::vector<std::string> plugins;  // --plugin: libraries to load and describe
 };
 
 int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
+  const std::vector<PluginDescription> plugins = load_plugins(options.plugins);
   nlohmann::ordered_json info = make_meta(argv);
+  // What each plugin offers (its implementations also appear under their devices below).
+  for (const PluginDescription& plugin : plugins) {
+    nlohmann::ordered_json described{{"path", plugin.path}, {"name", plugin.name}, {"abi_version", plugin.abi_version},
+                                     {"implementations", nlohmann::ordered_json::array()}};
+    for (const PluginOffer& offer : plugin.implementations)
+      described["implementations"].push_back({{"name", offer.name},
+                                              {"device", offer.device},
+                                              {"variant", to_string(offer.variant)},
+                                              {"summary", offer.summary}});
+    info["plugins"].push_back(described);
+  }
   // Every device of this build, opened where it is present (it adds its block, e.g. "gpu"), with
   // its implementations.
   for (const DeviceEntry& entry : registry().devices()) {
@@ -101,6 +115,14 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
       fmt::print("  --impl {:<12} {}\n", implementation["name"].get<std::string>(),
                  implementation["summary"].get<std::string>());
   }
+  for (const auto& plugin : info.value("plugins", nlohmann::ordered_json::array())) {
+    fmt::print("plugin       {} ({}, ABI {})\n", plugin["name"].get<std::string>(), plugin["path"].get<std::string>(),
+               plugin["abi_version"].get<unsigned>());
+    for (const auto& offer : plugin["implementations"])
+      fmt::print("  --impl {:<15} {}, keeps what {} keeps: {}\n", offer["name"].get<std::string>(),
+                 offer["device"].get<std::string>(), offer["variant"].get<std::string>(),
+                 offer["summary"].get<std::string>());
+  }
   if (info.contains("peak")) {
     const auto& peak = info["peak"];
     fmt::print("FMA peak     {:.0f} GFLOP/s fp32 ({} threads, {}; fastest repetition {:.0f})\n",
@@ -141,6 +163,10 @@ void register_info(CLI::App& app) {
   sub->add_flag("--peak", options->peak, "Measure this machine's fp32 FMA and sgemm peak [GFLOP/s]");
   sub->add_option("--threads", options->threads, "Threads for --peak (default: all; at most the hardware threads)");
   sub->add_option("--peak-size", options->peak_size, "n of the n^3 sgemm for --peak")->capture_default_str();
+  sub->add_option("--plugin", options->plugins,
+                  "Load a plugin (docs/plugins.md) and list what it offers; repeatable (FLASHBENCH_PLUGINS adds more)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   set_action(sub, [options](const std::vector<std::string>& argv) { return run_info(*options, argv); });
 }
 

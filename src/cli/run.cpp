@@ -25,6 +25,7 @@
 #include "cli/dry_run.hpp"
 #include "cli/exports.hpp"
 #include "cli/progress.hpp"
+#include "flashbench/harness/plugins.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/input_file.hpp"
 #include "flashbench/harness/runner.hpp"
@@ -66,6 +67,7 @@ struct RunFlags {
   ExportFlags exports;                   // --export-json, --export-csv, --export-md
   bool progress = false;                 // --progress: on stderr even when it is not a terminal
   bool profile = false;                  // --profile: one warm-up, one sample, device ranges for Nsight
+  std::vector<std::string> plugins;      // --plugin: shared libraries whose implementations join the registry
 };
 
 // --profile: one warm-up (the measured pass is it) and one sample per implementation, the work
@@ -291,6 +293,8 @@ EnvironmentSource host_environment_source() {
 }
 
 int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
+  // Before anything asks the registry: a plugin's implementations are named like the built-in ones.
+  const std::vector<PluginDescription> plugins = load_plugins(flags.plugins);
   SweepSpec spec = resolve_sweep(flags.config, flags.sweep);
   RunOptions options;
   if (flags.profile) apply_profile(flags, spec, options);
@@ -379,6 +383,13 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   const std::vector<std::string> warnings = environment_warnings(environment);
   meta["warnings"] = warnings;
   if (earlier) meta["resumed_from"] = earlier_runs(earlier->meta);
+  // Which libraries the rows of plugin implementations came from (absent when none was loaded).
+  for (const PluginDescription& plugin : plugins) {
+    nlohmann::ordered_json names = nlohmann::ordered_json::array();
+    for (const PluginOffer& offer : plugin.implementations) names.push_back(offer.name);
+    meta["plugins"].push_back(
+        {{"path", plugin.path}, {"name", plugin.name}, {"abi_version", plugin.abi_version}, {"implementations", names}});
+  }
 
   // From here a signal stops the sweep in order: the rows kept and finished are written.
   const StopOnSignal stop;
@@ -537,6 +548,12 @@ void register_run(CLI::App& app) {
                   "standard, v1, v2, checkpoint: list or all (default all); each runs its default implementation");
   optional_string("--impl", flags->sweep.implementations,
                   "Implementations by name instead, e.g. v2,v2.split (`flashbench info` lists them)");
+  sub->add_option("--plugin", flags->plugins,
+                  "Load a plugin (a shared library built against flashbench/plugin.h, docs/plugins.md): its "
+                  "implementations run by --impl NAME beside the built-in ones; repeatable, and FLASHBENCH_PLUGINS "
+                  "(colon-separated) adds more")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   optional_string("--dtype", flags->sweep.dtype,
                   "Storage dtype: fp32 (default), bf16, fp16; on the CPU 16-bit storage with fp32 arithmetic");
   optional_string("--backend,--device", flags->sweep.backend, "cpu or cuda (default cpu)");

@@ -28,6 +28,7 @@ class CudaDevice final : public Device {
   ModelParams model_params(const Problem& problem) const override;
 
   std::unique_ptr<PhaseTimer> timer() override;  // CUDA events on the stream
+  void* native_stream() const override { return stream_; }  // a plugin's calls queue on the same stream
   void synchronize() override;
   void flush_caches() override;  // overwrites a buffer of twice the L2
   // Spins a one-thread kernel on the stream: the timed region queued next starts on a busy GPU,

@@ -1,5 +1,7 @@
 #include "flashbench/harness/registry.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -21,6 +23,17 @@ const DeviceEntry& Registry::device_with_peak() const {
   for (const DeviceEntry& entry : devices_)
     if (entry.measure_peak) return entry;
   throw UsageError("no backend of this build measures its ceilings");
+}
+
+void Registry::add_implementation(std::string_view device, std::function<std::unique_ptr<Implementation>()> make) {
+  const auto found = std::find_if(devices_.begin(), devices_.end(), [&](const DeviceEntry& e) { return e.name == device; });
+  if (found == devices_.end()) this->device(device);  // throws, naming the known ones
+  DeviceEntry& entry = *found;
+  entry.implementations = [earlier = std::move(entry.implementations), make = std::move(make)] {
+    std::vector<std::unique_ptr<Implementation>> all = earlier();
+    all.push_back(make());
+    return all;
+  };
 }
 
 std::vector<std::unique_ptr<Implementation>> select_implementations(const DeviceEntry& device,

@@ -581,6 +581,23 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
   return std::nullopt;
 }
 
+// What the outside view of a foreign implementation's memory (a plugin's) may rise past the
+// ledger's peak before its row says so: thread stacks, the check's captured outputs and allocator
+// rounding stay below it (docs/memory.md, "Tracked peak and the operating system's peak"). [bytes]
+constexpr int64_t kUntrackedAllowance = int64_t{32} << 20;
+
+// A plugin allocates with its own hands where it likes: where the outside view (CPU: the resident
+// set's high-water mark) rose well past what the ledger counted, its row names the difference.
+void note_untracked_memory(Row& row) {
+  if (!row.measured.os_peak_bytes) return;
+  const int64_t excess = *row.measured.os_peak_bytes - row.measured.peak_bytes;
+  if (excess <= std::max(kUntrackedAllowance, row.measured.peak_bytes / 4)) return;
+  row.hazards.push_back(fmt::format("untracked memory: the operating system saw {} at the peak, {} more than the "
+                                    "ledger's {}: the plugin allocates outside the buffers and workspace it is given",
+                                    format_bytes(*row.measured.os_peak_bytes), format_bytes(excess),
+                                    format_bytes(row.measured.peak_bytes)));
+}
+
 // How long the device is kept busy before each timed region (Device::occupy). [ms]
 constexpr double kOccupyMs = 0.5;
 
@@ -872,6 +889,7 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
     attempt(k, [&] { live[k]->finish(); });
     live[k].reset();
     Row& row = rows[k];
+    if (row.status == Status::ok && implementations[k]->foreign()) note_untracked_memory(row);
     if (row.status == Status::ok && row.check && !row.check->passed()) {
       row.status = Status::failed;
       row.reason = failed_check_reason(*row.check);

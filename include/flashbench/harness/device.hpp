@@ -69,6 +69,9 @@ class Device {
   // torch.cuda._sleep). CUDA queues a spin kernel; a device that runs work as the host issues it
   // (the CPU) has no queue to fill and does nothing.
   virtual void occupy(double milliseconds);
+  // The queue a plugin's work goes on (plugin.h's flashbench_call.stream): the cudaStream_t that
+  // every call of the CUDA device is ordered on; nothing on a device that runs work as it is issued.
+  virtual void* native_stream() const { return nullptr; }
   virtual void synchronize() = 0;  // waits for all work; throws RuntimeFailure on an asynchronous error
   // Evicts the caches between samples (--cold). Its buffer is the device's own, outside the ledger:
   // cache_flush_bytes() says how large, for the pre-flight.

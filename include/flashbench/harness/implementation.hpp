@@ -77,6 +77,9 @@ class Implementation {
   virtual LayerCosts costs(const Problem& problem, const ModelParams& params) const = 0;
   // What its rows record of it (tile sizes).
   virtual void annotate(Row& row) const;
+  // Whether its code is not flashbench's (a plugin, plugins.hpp): what it allocates past the ledger
+  // is then unknown, and the runner holds the outside view of its memory against the ledger's peak.
+  virtual bool foreign() const { return false; }
 
   // O [B,H,N,d] = attention(Q, K, V) in the storage dtype, filling the kept tensors the stack
   // allocated.

@@ -41,6 +41,9 @@ class Registry {
   const std::vector<DeviceEntry>& devices() const { return devices_; }
   // The first device that measures its ceilings (the CPU); throws UsageError when none does.
   const DeviceEntry& device_with_peak() const;
+  // Adds an implementation made at run time (a plugin's, plugins.hpp) to the device called `device`,
+  // after those it has; throws UsageError on an unknown device.
+  void add_implementation(std::string_view device, std::function<std::unique_ptr<Implementation>()> make);
 
  private:
   std::vector<DeviceEntry> devices_;
@@ -48,6 +51,8 @@ class Registry {
 
 // The registry of this binary, filled on first use.
 const Registry& registry();
+// The same registry, for what joins it at run time (plugins.hpp): nothing else changes it.
+Registry& extensible_registry();
 
 // Picks implementations by name ("v2.split") or by variant ("v2" → the variant's default), in the
 // order asked; throws UsageError on an unknown name, listing the known ones.
