@@ -59,8 +59,19 @@ if [ "${BUILD_ONLY:-0}" = 1 ]; then
   exit 0
 fi
 mkdir -p "$out"
-# OpenBLAS 0.3.21 does not recognise every AVX-512 Xeon; without this it may fall back to SSE kernels.
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+# OpenBLAS 0.3.21 does not recognise every newer CPU (AVX-512 Xeons, Zen 4/5) and may fall back to
+# older kernels: name the family by what this CPU offers. SkylakeX's kernels need AVX-512 (on an
+# AVX2-only EPYC they die with SIGILL); Zen's and Haswell's need AVX2.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  if grep -qw avx512f /proc/cpuinfo; then
+    OPENBLAS_CORETYPE=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo; then
+    if grep -qw AuthenticAMD /proc/cpuinfo; then OPENBLAS_CORETYPE=Zen; else OPENBLAS_CORETYPE=Haswell; fi
+  else
+    OPENBLAS_CORETYPE=Prescott
+  fi
+fi
+export OPENBLAS_CORETYPE
 
 echo "== peak before ($threads threads)"
 cut -d' ' -f1 /proc/loadavg > "$out/load-before.txt" 2>/dev/null || true

@@ -1,7 +1,8 @@
 // Every CPU variant against the float64 reference (seed 003's formulas as plain loops, see
 // docs/articles.md) and against central finite differences, on the shapes where tiled attention
 // kernels break: N = 1, N prime and larger than a tile, d = 40 and 72 (not multiples of 16),
-// B = 2 with H = 3, causal, logits of magnitude ~1e3, L = 3.
+// B = 2 with H = 3, causal, logits of magnitude ~1e3, L = 3. The layer cases run on every ISA's
+// kernels this CPU can run (cpu/isa.hpp).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -10,6 +11,7 @@
 #include <limits>
 
 #include "flashbench/cpu/attention.hpp"
+#include "flashbench/cpu/isa.hpp"
 #include "flashbench/cpu/kept.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/harness/registry.hpp"
@@ -133,19 +135,22 @@ struct Case {
   Variant variant;
   Shape shape;
   int threads;
+  cpu::Isa isa;  // whose kernels (cpu/isa.hpp); one this CPU cannot run is skipped
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return std::string(to_string(c.variant)) + "_BH" + std::to_string(c.shape.BH) + "_N" +
          std::to_string(c.shape.N) + "_d" + std::to_string(c.shape.d) + (c.shape.causal ? "_causal" : "") + "_T" +
-         std::to_string(c.threads);
+         std::to_string(c.threads) + "_" + std::string(cpu::isa_name(c.isa));
 }
 
 class LayerVsReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LayerVsReference, MatchesFloat64Reference) {
   const Case& c = GetParam();
+  if (!cpu::cpu_supports(c.isa)) GTEST_SKIP() << "this CPU cannot run the " << cpu::isa_name(c.isa) << " kernels";
+  const cpu::ScopedIsa isa(c.isa);
   const int threads_before = omp_get_max_threads();
   omp_set_num_threads(c.threads);
   const Shape& s = c.shape;
@@ -173,14 +178,16 @@ std::vector<Case> layer_cases() {
       {1, 257, 8, false},  // three column blocks with a one-column remainder
   };
   std::vector<Case> cases;
-  for (Variant v : kAllVariants)
-    for (Shape s : shapes)
-      for (bool causal : {false, true}) {
-        s.causal = causal;
-        cases.push_back({v, s, 2});
-      }
-  // v2 splits a head over threads when there are few heads; 3 threads on 2 heads takes that path.
-  for (Variant v : kAllVariants) cases.push_back({v, {2, 150, 24, true}, 3});
+  for (cpu::Isa isa : cpu::kAllIsas) {
+    for (Variant v : kAllVariants)
+      for (Shape s : shapes)
+        for (bool causal : {false, true}) {
+          s.causal = causal;
+          cases.push_back({v, s, 2, isa});
+        }
+    // v2 splits a head over threads when there are few heads; 3 threads on 2 heads takes that path.
+    for (Variant v : kAllVariants) cases.push_back({v, {2, 150, 24, true}, 3, isa});
+  }
   return cases;
 }
 

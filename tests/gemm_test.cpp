@@ -1,14 +1,18 @@
 // cpu::gemm against the double-accumulating gemm_reference: every Op combination, shapes that are
 // not multiples of the register tile or the cache blocks, leading dimensions wider than the operand,
-// alpha and beta cases, and the untouched memory around C.
+// alpha and beta cases, and the untouched memory around C; on every ISA's kernels this CPU can run
+// (cpu/isa.hpp: cpu::gemm calls the active one), the others skipped by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "flashbench/cpu/gemm.hpp"
+#include "flashbench/cpu/isa.hpp"
 
 namespace flashbench::cpu {
 namespace {
@@ -55,7 +59,20 @@ void expect_matches_reference(Op op_a, Op op_b, Shape s, float alpha, float beta
 
 constexpr Op kOps[] = {Op::none, Op::transpose};
 
-TEST(Gemm, OddShapesAllOpCombinations) {
+// The test body runs with GetParam()'s kernels active, the ISA before it put back after.
+class Gemm : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!cpu_supports(GetParam())) GTEST_SKIP() << "this CPU cannot run the " << isa_name(GetParam()) << " kernels";
+    isa_.emplace(GetParam());
+  }
+  void TearDown() override { isa_.reset(); }
+
+ private:
+  std::optional<ScopedIsa> isa_;
+};
+
+TEST_P(Gemm, OddShapesAllOpCombinations) {
   const Shape shapes[] = {{1, 1, 1},    {1, 17, 3},   {13, 1, 5},    {7, 33, 9},   {12, 32, 64},
                           {23, 31, 29}, {64, 128, 64}, {65, 129, 63}, {37, 100, 1}, {11, 48, 130}};
   for (Op op_a : kOps)
@@ -63,14 +80,14 @@ TEST(Gemm, OddShapesAllOpCombinations) {
       for (const Shape& s : shapes) expect_matches_reference(op_a, op_b, s, 1.0f, 0.0f, 0);
 }
 
-TEST(Gemm, LeadingDimensionsWiderThanTheOperand) {
+TEST_P(Gemm, LeadingDimensionsWiderThanTheOperand) {
   for (Op op_a : kOps)
     for (Op op_b : kOps)
       for (int64_t pad : {1, 5, 16}) expect_matches_reference(op_a, op_b, {29, 45, 70}, 1.0f, 0.0f, pad);
 }
 
 // Column counts that end a register tile after 8 and after 25 of its 32 columns.
-TEST(Gemm, AlphaAndBeta) {
+TEST_P(Gemm, AlphaAndBeta) {
   for (Op op_a : kOps)
     for (Op op_b : kOps)
       for (int64_t n : {40, 57}) {
@@ -81,16 +98,19 @@ TEST(Gemm, AlphaAndBeta) {
 }
 
 // Shapes beyond one cache block in every dimension take the packed path, with K split in blocks.
-TEST(Gemm, LargeShapesCrossCacheBlocks) {
+TEST_P(Gemm, LargeShapesCrossCacheBlocks) {
   for (Op op_a : kOps)
     for (Op op_b : kOps) expect_matches_reference(op_a, op_b, {131, 1041, 300}, 1.0f, 0.5f, 7);
 }
 
-TEST(Gemm, ZeroInnerDimensionScalesC) {
+TEST_P(Gemm, ZeroInnerDimensionScalesC) {
   std::vector<float> C = {1.0f, 2.0f, 3.0f, 4.0f};
   gemm(Op::none, Op::none, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.5f, C.data(), 2);
   EXPECT_EQ(C, (std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f}));
 }
+
+INSTANTIATE_TEST_SUITE_P(EveryIsa, Gemm, ::testing::ValuesIn(kAllIsas),
+                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 
 }  // namespace
 }  // namespace flashbench::cpu

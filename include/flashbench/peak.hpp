@@ -23,7 +23,7 @@ struct ProductRate {
 
 struct PeakReport {
   int threads = 0;
-  std::string simd;                  // "AVX-512" or "AVX2": the FMA width this binary uses
+  std::string simd;                  // the ISA the kernels ran on: "avx512", "avx2" or "scalar" (cpu/isa.hpp)
   double fma_gflops = 0;             // median over repetitions [GFLOP/s]
   double fma_gflops_best = 0;        // fastest repetition [GFLOP/s]
   int64_t sgemm_size = 0;            // n of the n×n×n product

@@ -106,6 +106,7 @@ struct Row {
   int64_t row_block = 0, col_block = 0; // kernel tile [rows of Q, rows of K/V]; 0 when not tiled
   int64_t diagonal_block = 0;           // v2's causal diagonal chunk [columns]; 0 when not tiled
   std::string device;                   // GPU name, for CUDA rows
+  std::string isa;                      // CPU rows of flashbench's kernels: the ISA they ran on (cpu/isa.hpp)
   std::optional<int> device_index;      // which GPU of the machine ran it (--device-index), on CUDA rows
   // The GPU's clocks, power and throttling before and after the timed samples (NVML; CUDA rows where
   // NVML answers).

@@ -13,9 +13,11 @@ bottom-right aligned as flashbench's (row i sees keys j <= i + N_k - N); a row t
 (N > N_k) gets uniform weights here instead of flashbench's zeros, which costs the same.
 
 PyTorch's CPU matrix products go to the BLAS it was built against; Debian's python3-torch uses the
-system BLAS alternative. This script sets OPENBLAS_CORETYPE=SkylakeX (unless the caller set it) and
-OPENBLAS_NUM_THREADS = --threads before torch loads, because OpenBLAS 0.3.21 may not recognise
-newer Xeons and fall back to SSE kernels, and records the BLAS torch reports in meta.
+system BLAS alternative. This script sets OPENBLAS_CORETYPE (unless the caller set it) to the kernel
+family this CPU can run (SkylakeX with AVX-512, Zen or Haswell with AVX2: SkylakeX's kernels die with
+SIGILL on an AVX2-only EPYC) and OPENBLAS_NUM_THREADS = --threads before torch loads, because
+OpenBLAS 0.3.21 may not recognise newer CPUs and fall back to older kernels, and records the BLAS
+torch reports in meta.
 
 Timing, the peers' protocol (timing.py) without its GPU parts: time.perf_counter around each forward
 and each backward (one sample = a forward recording the graph, then the backward of its output;
@@ -40,6 +42,7 @@ import os
 import platform
 import sys
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import timing  # noqa: E402
@@ -126,6 +129,23 @@ def int_list(text):
     return [int(x) for x in text.split(",") if x]
 
 
+
+def openblas_core(cpuinfo="/proc/cpuinfo"):
+    """The OpenBLAS kernel family this CPU runs at full width: SkylakeX needs AVX-512."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return "Haswell"
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    if "avx512f" in flags:
+        return "SkylakeX"
+    if "avx2" in flags:
+        return "Zen" if "AuthenticAMD" in text else "Haswell"
+    return "Prescott"
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", help="JSON file to write")
@@ -148,7 +168,7 @@ def main():
         p.error("--input-scale must be a positive number")
 
     # Before torch loads its BLAS: see the module docstring.
-    os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
+    os.environ.setdefault("OPENBLAS_CORETYPE", openblas_core())
     os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "flashbench/harness/registry.hpp"
 #include "flashbench/errors.hpp"
 
 namespace flashbench::cli {
@@ -41,6 +42,15 @@ CLI::Option* add_seed_option(CLI::App* sub, uint64_t& target, const std::string&
     target = value;
   }, help);
   return option->default_str(std::to_string(target));
+}
+
+CLI::Option* add_isa_option(CLI::App* sub) {
+  const DeviceEntry* device = registry().device_with_isa();
+  if (!device) return nullptr;
+  // Set as it is parsed: the model's workspace sizes follow the ISA's vector width too.
+  return sub->add_option_function<std::string>("--isa", [device](const std::string& name) {
+    device->choose_isa(name, "--isa (or FLASHBENCH_ISA)");
+  }, device->isa_help())->envname("FLASHBENCH_ISA");
 }
 
 int run_selected(CLI::App& app, int argc, char** argv) {

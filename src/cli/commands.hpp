@@ -19,6 +19,10 @@ void add_workload_options(CLI::App* subcommand, Problem& problem);
 // --seed: a decimal 64-bit seed; one past 64 bits, negative or not a number is a usage error.
 CLI::Option* add_seed_option(CLI::App* subcommand, uint64_t& target, const std::string& help);
 
+// --isa NAME (and FLASHBENCH_ISA): the instruction set the CPU kernels run on (cpu/isa.hpp), set
+// as it is parsed; a name this CPU cannot run is a usage error.
+CLI::Option* add_isa_option(CLI::App* subcommand);
+
 // A subcommand's action: receives argv (recorded in JSON meta) and returns the exit code.
 using Action = std::function<int(const std::vector<std::string>& argv)>;
 void set_action(CLI::App* subcommand, Action action);

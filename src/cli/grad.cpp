@@ -135,6 +135,7 @@ void register_grad(CLI::App& app) {
                   "Directory for o.npy, dq.npy (Q's shape), dk.npy, dv.npy (K's shape); float32")
       ->required();
   sub->add_option("--threads", options->threads, "OpenMP threads (default: all cores; a count past the hardware threads is held to them, with a warning)");
+  add_isa_option(sub);
   set_action(sub, [options, sub](const std::vector<std::string>&) {
     options->variant_given = sub->count("--variant") > 0;
     return run_grad(*options);

@@ -15,31 +15,6 @@ namespace flashbench::cli {
 
 namespace {
 
-// The widest SIMD instruction set this binary was compiled for.
-std::string_view compiled_simd() {
-#if defined(__AVX512F__)
-  return "AVX-512";
-#elif defined(__AVX2__)
-  return "AVX2";
-#elif defined(__SSE2__)
-  return "SSE2";
-#else
-  return "none";
-#endif
-}
-
-// The widest one this CPU offers.
-std::string_view cpu_simd() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return "AVX-512";
-  if (__builtin_cpu_supports("avx2")) return "AVX2";
-  return "SSE2";
-#else
-  return "unknown";
-#endif
-}
-
 struct InfoOptions {
   std::string format = "table";
   bool peak = false;        // measure the fp32 FMA and sgemm ceilings (about a second)
@@ -79,8 +54,6 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
                                            {"summary", implementation->summary()}});
     info["devices"].push_back(device);
   }
-  info["host"]["simd_cpu"] = cpu_simd();
-  info["build"]["simd"] = compiled_simd();
   if (options.threads < 0) throw UsageError(fmt::format("--threads must be at least 1 (got {})", options.threads));
   if (options.peak)
     info["peak"] = peak_to_json(registry().device_with_peak().measure_peak(options.threads, options.peak_size, true));
@@ -94,8 +67,17 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
   fmt::print("flashbench   {} (git {})\n", info["version"].get<std::string>(), info["git"].get<std::string>());
   fmt::print("build        {}, {}, flags '{}'\n", build["type"].get<std::string>(), build["compiler"].get<std::string>(),
              build["flags"].get<std::string>());
-  fmt::print("SIMD         compiled for {}, CPU offers {}\n", build["simd"].get<std::string>(),
-             host["simd_cpu"].get<std::string>());
+  if (info.contains("cpu_isa")) {  // the CPU device's block (cpu/device.cpp)
+    const auto& isa = info["cpu_isa"];
+    const auto names = [](const nlohmann::ordered_json& list) {
+      std::string text;
+      for (const auto& name : list) text += (text.empty() ? "" : ", ") + name.get<std::string>();
+      return text;
+    };
+    fmt::print("ISA          CPU kernels on {} ({} lanes; this CPU runs {}; built for {}; --isa chooses)\n",
+               isa["active"].get<std::string>(), isa["lanes"].get<int>(), names(isa["supported"]),
+               names(isa["compiled"]));
+  }
   fmt::print("CUDA         {}\n", build["cuda"].get<bool>() ? "built in" : "not built in");
   fmt::print("CPU          {}\n", host["cpu"].get<std::string>());
   fmt::print("cores        {}\n", host["cores"].get<int>());
@@ -162,6 +144,7 @@ void register_info(CLI::App& app) {
   sub->add_option("--format", options->format, "table or json")->capture_default_str();
   sub->add_flag("--peak", options->peak, "Measure this machine's fp32 FMA and sgemm peak [GFLOP/s]");
   sub->add_option("--threads", options->threads, "Threads for --peak (default: all; at most the hardware threads)");
+  add_isa_option(sub);
   sub->add_option("--peak-size", options->peak_size, "n of the n^3 sgemm for --peak")->capture_default_str();
   sub->add_option("--plugin", options->plugins,
                   "Load a plugin (docs/plugins.md) and list what it offers; repeatable (FLASHBENCH_PLUGINS adds more)")

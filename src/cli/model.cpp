@@ -352,6 +352,7 @@ void register_model(CLI::App& app) {
   sub->add_option("--dtype", options->dtype, "Storage dtype of inputs, activations and kept tensors: fp32, bf16, fp16")
       ->capture_default_str();
   sub->add_option("--threads", options->threads, "CPU threads the workspace is sized for (default: all cores)");
+  add_isa_option(sub);
   sub->add_option("--backend,--device", options->backend,
                   "Whose implementations to model: cpu or cuda (no GPU needed)")->capture_default_str();
   sub->add_option("--cp", options->context_parallel,

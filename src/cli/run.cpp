@@ -85,9 +85,16 @@ void apply_profile(const RunFlags& flags, SweepSpec& spec, RunOptions& options) 
   options.name_ranges = true;
 }
 
+// The ISA the run's kernels use, as its device described it (meta.cpu_isa.active); "" where the
+// device has one only.
+std::string active_isa(const nlohmann::ordered_json& meta) {
+  if (!meta.contains("cpu_isa") || !meta["cpu_isa"].contains("active")) return "";
+  return meta["cpu_isa"]["active"].get<std::string>();
+}
+
 // The CPU ceilings a run reads its rates against: measured now with the run's threads, or read back
 // from the "peak" object that `info --peak --format json` wrote.
-PeakReport cpu_ceilings(const RunFlags& flags, const DeviceEntry& entry, int threads) {
+PeakReport cpu_ceilings(const RunFlags& flags, const DeviceEntry& entry, int threads, const nlohmann::ordered_json& meta) {
   if (flags.measure_peak) return entry.measure_peak(threads, 2048, false);
   const std::string& path = *flags.peak_file;
   const nlohmann::json document =
@@ -98,6 +105,10 @@ PeakReport cpu_ceilings(const RunFlags& flags, const DeviceEntry& entry, int thr
     throw UsageError(fmt::format("--peak-file: '{}' is not the output of `flashbench info --peak --format json`", path));
   if (peak->threads != threads)
     fmt::print(stderr, "warning: --peak-file was measured with {} threads, this run uses {}\n", peak->threads, threads);
+  // The ISA the file's ceilings were measured on against the one this run's kernels use (the device
+  // said which in meta.cpu_isa, where it has several).
+  if (const std::string isa = active_isa(meta); !peak->simd.empty() && !isa.empty() && peak->simd != isa)
+    fmt::print(stderr, "warning: --peak-file was measured on the {} kernels, this run's are {}\n", peak->simd, isa);
   return *peak;
 }
 
@@ -374,7 +385,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     if (!entry.measure_peak)
       throw UsageError(fmt::format("--peak and --peak-file are for backends that measure their ceilings ({}), not {}",
                                    registry().device_with_peak().name, entry.name));
-    const PeakReport peak = cpu_ceilings(flags, entry, threads);
+    const PeakReport peak = cpu_ceilings(flags, entry, threads, meta);
     meta["cpu_peak"] = ceilings_json(peak, flags.measure_peak ? "measured" : *flags.peak_file);
     sgemm_ceiling_gflops = sgemm_ceiling(peak);
   }
@@ -561,6 +572,7 @@ void register_run(CLI::App& app) {
     if (value < 1) throw UsageError(fmt::format("--threads must be at least 1 (got {})", value));
     flags->sweep.threads = value;
   }, "OpenMP threads (default: all cores; a count past the hardware threads is held to them, with a warning)");
+  add_isa_option(sub);
   sub->add_option_function<int>("--warmup", [flags](int v) { flags->sweep.warmup = v; }, "Untimed runs first (default 1)");
   sub->add_option_function<double>("--warmup-time", [flags](double v) { flags->sweep.warmup_ms = v; },
                                    "... and at least this many ms of them");

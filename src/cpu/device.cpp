@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "flashbench/cpu/attention.hpp"
+#include "flashbench/cpu/isa.hpp"
 #include "flashbench/cpu/kept.hpp"
 #include "flashbench/cpu/peak.hpp"
 #include "flashbench/cpu/storage16.hpp"
@@ -20,6 +21,18 @@
 namespace flashbench {
 namespace cpu {
 namespace {
+
+// meta.cpu_isa: the ISA the kernels run on, its vector width, those this CPU supports and those the
+// binary holds (isa.hpp).
+void describe_isa(nlohmann::ordered_json& meta) {
+  nlohmann::ordered_json supported = nlohmann::ordered_json::array(), compiled = nlohmann::ordered_json::array();
+  for (Isa isa : kAllIsas) {
+    compiled.push_back(isa_name(isa));
+    if (cpu_supports(isa)) supported.push_back(isa_name(isa));
+  }
+  meta["cpu_isa"] = {{"active", isa_name(active_isa())}, {"lanes", isa_lanes(active_isa())},
+                     {"supported", supported}, {"compiled", compiled}};
+}
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -94,7 +107,8 @@ class CpuDevice final : public Device {
   }
   Dtype gradient_dtype(const Problem&) const override { return Dtype::fp32; }
 
-  void describe(nlohmann::ordered_json&) const override {}  // the host block of the metadata says it all
+  // The host block of the metadata says the rest.
+  void describe(nlohmann::ordered_json& meta) const override { describe_isa(meta); }
   void annotate(Row& row) const override { row.threads = omp_get_max_threads(); }
 
  private:
@@ -135,6 +149,7 @@ class CpuAttention final : public Implementation {
   }
 
   void annotate(Row& row) const override {
+    row.isa = isa_name(active_isa());
     row.row_block = tiling_.row_block;
     row.col_block = tiling_.col_block;
     if (variant_ == Variant::v2) row.diagonal_block = tiling_.diagonal_block;  // only v2 cuts the diagonal
@@ -279,7 +294,7 @@ std::vector<std::unique_ptr<Implementation>> implementations() {
 void register_device_cpu(Registry& registry) {
   registry.add(DeviceEntry{
       .name = "cpu",
-      .summary = "the host CPU: OpenMP threads, AVX-512/AVX2 kernels",
+      .summary = "the host CPU: OpenMP threads, kernels for AVX-512, AVX2 and scalar, chosen at start-up (--isa)",
       .open = [](const DeviceOptions& options) -> std::unique_ptr<Device> {
         if (options.index != 0)
           throw UsageError(fmt::format("--device-index {}: the cpu backend is one device, index 0", options.index));
@@ -290,6 +305,8 @@ void register_device_cpu(Registry& registry) {
       },
       .implementations = cpu::implementations,
       .measure_peak = measure_peak,
+      .choose_isa = [](std::string_view name, std::string_view source) { cpu::use_isa(name, source); },
+      .isa_help = cpu::isa_help,
       .nominal_flop_rate = 1e11,  // a 16-core AVX-512 server: 235 GFLOP/s fp32 (README's sweep), a laptop less
   });
 }

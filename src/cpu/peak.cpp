@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "flashbench/cpu/gemm.hpp"
+#include "flashbench/cpu/isa_kernels.hpp"
 #include "flashbench/cpu/threads.hpp"
-#include "flashbench/cpu/vector_math.hpp"
 
 #if defined(FLASHBENCH_HAVE_OPENBLAS)
 #include <cblas.h>
@@ -27,35 +27,21 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-// Independent FMA chains per thread: enough to cover the FMA latency (4 cycles) on both FMA ports
-// of a core, so the loop runs at the issue rate. Without -ffast-math the compiler may not merge or
-// reorder the chains' steps. Returns the chains' sum so the work stays live.
-constexpr int kChains = 16;
 constexpr int64_t kFmaSteps = 4'000'000;  // per thread per repetition
 
-float fma_loop(float seed) {
-  using namespace cpu::simd;
-  vec acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = broadcast(seed + float(c));
-  const vec multiplier = broadcast(0.9999999f), addend = broadcast(1e-7f);
-  for (int64_t step = 0; step < kFmaSteps; ++step) {
-    for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * multiplier + addend;
-  }
-  vec sum{};
-  for (int c = 0; c < kChains; ++c) sum += acc[c];
-  return reduce_sum(sum);
-}
-
 // [GFLOP/s] per repetition of the FMA loop on every thread at once.
+// The active ISA's loop (src/cpu/isa/table.cpp): as many independent chains as its registers hold,
+// at least an FMA's latency times the FMA pipes of a core.
 std::vector<double> time_fma(int threads) {
-  const double flop = 2.0 * double(cpu::simd::kLanes) * kChains * double(kFmaSteps) * threads;
+  const cpu::IsaKernels& kernels = cpu::active_kernels();
+  const double flop = 2.0 * double(kernels.lanes) * kernels.fma_chains * double(kFmaSteps) * threads;
   std::vector<double> rates;
   volatile float sink = 0.0f;
   for (int rep = 0; rep < kRepetitions + 1; ++rep) {
     float total = 0.0f;
     const auto start = Clock::now();
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-    total += fma_loop(float(omp_get_thread_num()));
+    total += kernels.fma_loop(float(omp_get_thread_num()), kFmaSteps);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     sink = sink + total;
     if (rep > 0) rates.push_back(flop / seconds * 1e-9);  // the first one warms the cores up
@@ -168,7 +154,7 @@ std::vector<ProductRate> time_attention_products() {
 PeakReport measure_peak(int threads, int64_t sgemm_size, bool products) {
   PeakReport report;
   report.threads = cpu::bounded_thread_count(threads, "--threads");
-  report.simd = cpu::simd::kLanes == 16 ? "AVX-512" : "AVX2";
+  report.simd = std::string(cpu::isa_name(cpu::active_isa()));
 
   const std::vector<double> fma = time_fma(report.threads);
   report.fma_gflops = median(fma);

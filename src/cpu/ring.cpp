@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "flashbench/cpu/isa.hpp"
 #include "flashbench/errors.hpp"
 
 namespace flashbench::cpu {
@@ -99,6 +100,7 @@ class RingV2 final : public Implementation {
   std::string_view name() const override { return "v2.ring"; }
   Variant variant() const override { return Variant::v2; }
   std::string_view summary() const override { return "v2 as ring attention over P ranks (context parallelism)"; }
+  void annotate(Row& row) const override { row.isa = isa_name(active_isa()); }
 
   std::optional<std::string> unsupported(const Problem& local) const override {
     if (local.dtype != Dtype::fp32) return std::string("the CPU ring runs fp32 storage only");

@@ -25,6 +25,12 @@ const DeviceEntry& Registry::device_with_peak() const {
   throw UsageError("no backend of this build measures its ceilings");
 }
 
+const DeviceEntry* Registry::device_with_isa() const {
+  for (const DeviceEntry& entry : devices_)
+    if (entry.choose_isa) return &entry;
+  return nullptr;
+}
+
 void Registry::add_implementation(std::string_view device, std::function<std::unique_ptr<Implementation>()> make) {
   const auto found = std::find_if(devices_.begin(), devices_.end(), [&](const DeviceEntry& e) { return e.name == device; });
   if (found == devices_.end()) this->device(device);  // throws, naming the known ones

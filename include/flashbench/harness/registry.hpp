@@ -29,6 +29,11 @@ struct DeviceEntry {
   // the attention kernels' product shapes), for rates read as % of peak; empty where the device
   // has none to offer.
   std::function<PeakReport(int threads, int64_t n, bool products)> measure_peak;
+  // Where its kernels come in several instruction sets (the CPU: cpu/isa.hpp): runs them on the one
+  // named from now on (a usage error naming `source` where the machine lacks it or the name is none),
+  // and the help text of --isa. Empty elsewhere.
+  std::function<void(std::string_view name, std::string_view source)> choose_isa;
+  std::function<std::string()> isa_help;
   // A round rate of this kind of device [FLOP/s] for the modelled time that deals a sweep to shards
   // (modelled_run_seconds): a constant, not this machine's, so that every shard deals alike.
   double nominal_flop_rate = 1e11;
@@ -41,6 +46,8 @@ class Registry {
   const std::vector<DeviceEntry>& devices() const { return devices_; }
   // The first device that measures its ceilings (the CPU); throws UsageError when none does.
   const DeviceEntry& device_with_peak() const;
+  // The first device whose kernels come in several instruction sets (the CPU); nullptr when none.
+  const DeviceEntry* device_with_isa() const;
   // Adds an implementation made at run time (a plugin's, plugins.hpp) to the device called `device`,
   // after those it has; throws UsageError on an unknown device.
   void add_implementation(std::string_view device, std::function<std::unique_ptr<Implementation>()> make);

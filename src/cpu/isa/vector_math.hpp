@@ -1,23 +1,20 @@
 #pragma once
 // SIMD basics and the vectorised math the softmax loops need: one register of fp32 lanes (16 with
-// AVX-512, 8 with AVX2 in the portable build), a fast exp with a stated error bound, and row helpers
-// (max, exp-and-sum of a scaled and shifted row, scale). Header-only so that the attention kernels'
-// loops inline them.
-#include <immintrin.h>
+// AVX-512, 8 with AVX2 and on the scalar path, where the compiler lowers each vector to two SSE
+// registers), a fast exp with a stated error bound, and row helpers (max, exp-and-sum of a scaled and
+// shifted row, scale). Header-only so that the attention kernels' loops inline them; compiled once per
+// ISA: include it after src/cpu/isa/prologue.hpp, with <immintrin.h>, <algorithm>, <cstdint>,
+// <cstring> and <limits> included before the prologue.
+#if !defined(FLASHBENCH_CPU_ISA_LEVEL)
+#error "vector_math.hpp is ISA code: include it after src/cpu/isa/prologue.hpp"
+#endif
 
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
-#include <limits>
+namespace flashbench::cpu::FLASHBENCH_CPU_ISA::simd {
 
-namespace flashbench::cpu::simd {
-
-#if defined(__AVX512F__)
+#if FLASHBENCH_CPU_ISA_LEVEL == 3
 inline constexpr int64_t kLanes = 16;
-#elif defined(__AVX2__)
-inline constexpr int64_t kLanes = 8;
 #else
-#error "flashbench's CPU kernels need AVX2 at least (build with -march=x86-64-v3 or newer)"
+inline constexpr int64_t kLanes = 8;
 #endif
 using vec = float __attribute__((vector_size(kLanes * sizeof(float))));
 using ivec = int32_t __attribute__((vector_size(kLanes * sizeof(int32_t))));
@@ -33,19 +30,25 @@ inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof(vec)); }
 // The first `count` (0 ≤ count ≤ kLanes) lanes of p; the other lanes read as `fill` and their memory is
 // never touched, so a row may end anywhere.
 inline vec load_partial(const float* p, int64_t count, float fill = 0.0f) {
-#if defined(__AVX512F__)
+#if FLASHBENCH_CPU_ISA_LEVEL == 3
   return vec(_mm512_mask_loadu_ps(__m512(broadcast(fill)), __mmask16((1u << count) - 1u), p));
-#else
+#elif FLASHBENCH_CPU_ISA_LEVEL == 2
   const __m256i in_range = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   return vec(_mm256_blendv_ps(__m256(broadcast(fill)), _mm256_maskload_ps(p, in_range), _mm256_castsi256_ps(in_range)));
+#else
+  vec v = broadcast(fill);
+  for (int64_t i = 0; i < count; ++i) v[i] = p[i];
+  return v;
 #endif
 }
 inline void store_partial(float* p, vec v, int64_t count) {
-#if defined(__AVX512F__)
+#if FLASHBENCH_CPU_ISA_LEVEL == 3
   _mm512_mask_storeu_ps(p, __mmask16((1u << count) - 1u), __m512(v));
-#else
+#elif FLASHBENCH_CPU_ISA_LEVEL == 2
   const __m256i in_range = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   _mm256_maskstore_ps(p, in_range, __m256(v));
+#else
+  for (int64_t i = 0; i < count; ++i) p[i] = v[i];
 #endif
 }
 
@@ -88,7 +91,7 @@ inline vec exp(vec x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-#if defined(__AVX512F__)
+#if FLASHBENCH_CPU_ISA_LEVEL == 3
   // p · 2ⁿ, overflowing to inf. (The masked form: GCC 12's unmasked intrinsic trips
   // -Wmaybe-uninitialized.)
   const vec result = vec(_mm512_mask_scalef_ps(__m512(p), __mmask16(0xFFFF), __m512(p), __m512(n)));
@@ -132,9 +135,9 @@ inline void transpose_block(const float* src, int64_t ld_src, float* dst, int64_
   for (int64_t c = 0; c < kLanes; ++c) store(dst + c * ld_dst, rows[c]);
 }
 
-}  // namespace flashbench::cpu::simd
+}  // namespace flashbench::cpu::FLASHBENCH_CPU_ISA::simd
 
-namespace flashbench::cpu {
+namespace flashbench::cpu::FLASHBENCH_CPU_ISA {
 
 // max_j x[j] over x[0:n]; -inf when n == 0.
 inline float row_max(const float* x, int64_t n) {
@@ -194,4 +197,4 @@ inline void exp_array(const float* x, float* y, int64_t n) {
   if (j < n) store_partial(y + j, exp(load_partial(x + j, n - j)), n - j);
 }
 
-}  // namespace flashbench::cpu
+}  // namespace flashbench::cpu::FLASHBENCH_CPU_ISA

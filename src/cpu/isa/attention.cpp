@@ -1,17 +1,23 @@
-#include "flashbench/cpu/attention.hpp"
-
+// The attention kernels of the CPU (attention.hpp), compiled once per ISA (prologue.hpp).
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <immintrin.h>
 #include <limits>
 
 #include <fmt/format.h>
 
+#include "flashbench/cpu/attention.hpp"
 #include "flashbench/cpu/gemm.hpp"
-#include "flashbench/cpu/vector_math.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/storage.hpp"
+
+#include "prologue.hpp"
+#include "kernels.hpp"
+#include "vector_math.hpp"
 
 // Per query head h, with N query rows and N_k key rows of d features (K, V those of head h / r):
 //   forward   S = scale·Q·Kᵀ, P = softmax(S) row-wise (masked entries 0), O = P·V
@@ -20,14 +26,7 @@
 // D is a sum over the whole row i; a tiled kernel must never sum it inside one tile (the bug in
 // seed 000's tile code, docs/articles.md).
 
-namespace flashbench::cpu {
-
-LayerShape LayerShape::of(const Problem& p) {
-  // The dropout mask keyed by seed 0 and offset 0: whether there is one, for workspace sizes; a layer
-  // call keys it with its stack's seed and layer.
-  return {p.heads_total(), p.seq, p.head_dim, p.causal, p.scale(), p.dtype, p.key_seq(),
-          p.repeats_kv() ? 1 : p.group_size(), philox::make_dropout_mask(p.dropout, 0, 0)};
-}
+namespace flashbench::cpu::FLASHBENCH_CPU_ISA {
 
 namespace {
 
@@ -188,7 +187,7 @@ struct HeadPointers {
 void probability_rows(const LayerShape& s, const HeadPointers& head, int64_t r0, int64_t r1, float* P_rows) {
   const int64_t Nk = s.key_rows(), d = s.head_dim, rows = r1 - r0;
   const int64_t columns = block_columns(s, r1);  // no row of the block sees past it
-  gemm(Op::none, Op::transpose, rows, columns, d, s.scale, head.Q + r0 * d, d, head.K, d, 0.0f, P_rows, Nk);
+  this_isa::gemm(Op::none, Op::transpose, rows, columns, d, s.scale, head.Q + r0 * d, d, head.K, d, 0.0f, P_rows, Nk);
   for (int64_t i = r0; i < r1; ++i) softmax_row(P_rows + (i - r0) * Nk, visible_columns(s, i), Nk);
 }
 
@@ -196,7 +195,7 @@ void probability_rows(const LayerShape& s, const HeadPointers& head, int64_t r0,
 void output_rows(const LayerShape& s, const HeadPointers& head, int64_t r0, int64_t r1, const float* P_rows,
                  float* O_head) {
   const int64_t Nk = s.key_rows(), d = s.head_dim;
-  gemm(Op::none, Op::none, r1 - r0, d, block_columns(s, r1), 1.0f, P_rows, Nk, head.V, d, 0.0f, O_head + r0 * d, d);
+  this_isa::gemm(Op::none, Op::none, r1 - r0, d, block_columns(s, r1), 1.0f, P_rows, Nk, head.V, d, 0.0f, O_head + r0 * d, d);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -262,7 +261,7 @@ void v1_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
     float* S_rows = S + h * N * Nk + r0 * Nk;
     float* m_rows = m + h * N + r0;
     float* l_rows = l + h * N + r0;
-    gemm(Op::none, Op::transpose, rows, columns, d, s.scale, head.Q + r0 * d, d, head.K, d, 0.0f, S_rows, Nk);
+    this_isa::gemm(Op::none, Op::transpose, rows, columns, d, s.scale, head.Q + r0 * d, d, head.K, d, 0.0f, S_rows, Nk);
     // The statistics of S as it will be kept (LayerShape says why), in a pass of its own so that the
     // statistics loop below stays as tight as in fp32.
     if (s.score_storage != Dtype::fp32) round_in_place(s, S_rows, r0, r1);
@@ -288,7 +287,7 @@ void v1_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
           std::copy_n(P_row, width, dropped + offset);
         }
       }
-      gemm(Op::none, Op::none, rows, d, width, 1.0f, P_tile, Bc, head.V + c0 * d, d, c0 == 0 ? 0.0f : 1.0f,
+      this_isa::gemm(Op::none, Op::none, rows, d, width, 1.0f, P_tile, Bc, head.V + c0 * d, d, c0 == 0 ? 0.0f : 1.0f,
            O_rows, d);
     }
     if (s.dropout.active())  // columns no row of the block sees: P̃ = 0 there, as in standard's
@@ -401,7 +400,7 @@ void v2_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
       const int64_t first = piece.row_begin - r0, c0 = piece.col_begin, width = piece.col_end - c0;
       float* St = w.St + first;
       // Sᵀ_piece [width, Br'−first] = K_c [width, d] · Q̃ᵀ [d, first:Br']
-      gemm(Op::none, Op::none, width, Brp - first, d, 1.0f, head.K + c0 * d, d, w.Qt + first, Brp, 0.0f, St, Brp);
+      this_isa::gemm(Op::none, Op::none, width, Brp - first, d, 1.0f, head.K + c0 * d, d, w.Qt + first, Brp, 0.0f, St, Brp);
       if (piece.on_diagonal)  // column c0+j is masked for the first j rows of the piece
         for (int64_t j = 0; j < width; ++j) std::fill(St + j * Brp, St + j * Brp + j, kNegInf);
       online_softmax_step(St, Brp, width, Brp - first, w.row_max + first, w.row_sum + first, w.correction + first);
@@ -412,7 +411,7 @@ void v2_forward(const LayerShape& s, const Tiling& t, const float* Q, const floa
         for (int64_t i = first; i < rows; ++i) scale_row(O_rows + i * d, d, w.correction[i]);
       // O_r (+)= (Pᵀ_piece)ᵀ · V_c; the piece at column 0 covers every row of the block and comes
       // first, so it overwrites O (beta = 0), which held anything before.
-      gemm(Op::transpose, Op::none, rows - first, d, width, 1.0f, St, Brp, head.V + c0 * d, d, c0 == 0 ? 0.0f : 1.0f,
+      this_isa::gemm(Op::transpose, Op::none, rows - first, d, width, 1.0f, St, Brp, head.V + c0 * d, d, c0 == 0 ? 0.0f : 1.0f,
            O_rows + first * d, d);
     });
     for (int64_t i = 0; i < rows; ++i) {
@@ -451,7 +450,7 @@ void materialised_backward(const LayerShape& s, const Tiling& t, const float* Q,
       const int64_t c0 = cb * Bc, width = std::min(Bc, Nk - c0);
       const int64_t first_row = first_row_seeing(s, c0);
       for (int64_t h = g * r; h < (g + 1) * r; ++h)
-        gemm(Op::transpose, Op::none, width, d, N - first_row, factor, scores + h * p_stride + first_row * Nk + c0, Nk,
+        this_isa::gemm(Op::transpose, Op::none, width, d, N - first_row, factor, scores + h * p_stride + first_row * Nk + c0, Nk,
              rows_of + h * q_stride + first_row * d, d, h == g * r ? 0.0f : 1.0f, out + g * kv_stride + c0 * d, d);
     });
   };
@@ -465,7 +464,7 @@ void materialised_backward(const LayerShape& s, const Tiling& t, const float* Q,
     float* dP_rows = thread_slice(workspace, Br * Nk);
     float* P_rows = P + h * p_stride + r0 * Nk;
     // in the forward pass this was O_i = Σ_j P_ij·V_j, so dP_ij = dO_i·V_j
-    gemm(Op::none, Op::transpose, rows, columns, d, 1.0f, dO + h * q_stride + r0 * d, d, head.V, d, 0.0f,
+    this_isa::gemm(Op::none, Op::transpose, rows, columns, d, 1.0f, dO + h * q_stride + r0 * d, d, head.V, d, 0.0f,
          dP_rows, Nk);
     for (int64_t i = r0; i < r1; ++i) {
       float* P_row = P_rows + (i - r0) * Nk;
@@ -480,7 +479,7 @@ void materialised_backward(const LayerShape& s, const Tiling& t, const float* Q,
       for (int64_t j = 0; j < visible; ++j) P_row[j] *= dP_row[j] - D;  // P_row now holds dS
     }
     // S_ij = scale·Q_i·K_j, so dQ_i = scale·Σ_j dS_ij·K_j
-    gemm(Op::none, Op::none, rows, d, columns, s.scale, P_rows, Nk, head.K, d, 0.0f, dQ + h * q_stride + r0 * d, d);
+    this_isa::gemm(Op::none, Op::none, rows, d, columns, s.scale, P_rows, Nk, head.K, d, 0.0f, dQ + h * q_stride + r0 * d, d);
   });
   column_pass(P, Q, s.scale, dK);
 }
@@ -554,9 +553,9 @@ struct V2Backward {
     const int64_t N = s.seq, d = s.head_dim, Bc = t.col_block, offset = q_offset(h);
     const int64_t rows = piece.row_end - piece.row_begin, width = piece.col_end - piece.col_begin;
     const int64_t panel_column = piece.col_begin - c0;
-    gemm(Op::none, Op::none, rows, width, d, 1.0f, Q + offset + piece.row_begin * d, d, w.Kt + panel_column, Bc, 0.0f,
+    this_isa::gemm(Op::none, Op::none, rows, width, d, 1.0f, Q + offset + piece.row_begin * d, d, w.Kt + panel_column, Bc, 0.0f,
          w.P, Bc);
-    gemm(Op::none, Op::none, rows, width, d, 1.0f, dO + offset + piece.row_begin * d, d, w.Vt + panel_column, Bc,
+    this_isa::gemm(Op::none, Op::none, rows, width, d, 1.0f, dO + offset + piece.row_begin * d, d, w.Vt + panel_column, Bc,
          0.0f, w.dS, Bc);
     ivec lane;
     for (int64_t l = 0; l < kLanes; ++l) lane[l] = int32_t(l);
@@ -610,10 +609,10 @@ struct V2Backward {
     const int64_t d = s.head_dim, Bc = t.col_block, q = q_offset(h), kv = kv_offset(h);
     const int64_t rows = piece.row_end - piece.row_begin, width = piece.col_end - piece.col_begin;
     // in the forward pass this was O_i += P_ij·V_j, so dV_j += P_ijᵀ·dO_i
-    gemm(Op::transpose, Op::none, width, d, rows, 1.0f, w.P, Bc, dO + q + piece.row_begin * d, d, 1.0f,
+    this_isa::gemm(Op::transpose, Op::none, width, d, rows, 1.0f, w.P, Bc, dO + q + piece.row_begin * d, d, 1.0f,
          dV + kv + piece.col_begin * d, d);
     // S_ij = scale·Q_i·K_j, so dK_j += scale·dS_ijᵀ·Q_i ...
-    gemm(Op::transpose, Op::none, width, d, rows, s.scale, w.dS, Bc, Q + q + piece.row_begin * d, d, 1.0f,
+    this_isa::gemm(Op::transpose, Op::none, width, d, rows, s.scale, w.dS, Bc, Q + q + piece.row_begin * d, d, 1.0f,
          dK + kv + piece.col_begin * d, d);
   }
 
@@ -621,7 +620,7 @@ struct V2Backward {
   void accumulate_dQ(int64_t h, const Piece& piece, const V2BackwardScratch& w) const {
     const int64_t d = s.head_dim, Bc = t.col_block;
     const int64_t rows = piece.row_end - piece.row_begin, width = piece.col_end - piece.col_begin;
-    gemm(Op::none, Op::none, rows, d, width, s.scale, w.dS, Bc, K + kv_offset(h) + piece.col_begin * d, d, 1.0f,
+    this_isa::gemm(Op::none, Op::none, rows, d, width, s.scale, w.dS, Bc, K + kv_offset(h) + piece.col_begin * d, d, 1.0f,
          dQ + q_offset(h) + piece.row_begin * d, d);
   }
 
@@ -735,7 +734,7 @@ void validate(const Tiling& t) {
 }
 
 int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& s, const Tiling& t, int threads) {
-  validate(t);
+  this_isa::validate(t);
   const int64_t T = threads, Br = t.row_block, Bc = t.col_block, N = s.seq, Nk = s.key_rows(), BH = s.heads_total;
   const int64_t dP_rows = dP_rows_elements(s, t, threads);  // materialised backward: dP of one row block per thread
   if (pass == Pass::forward) {
@@ -763,9 +762,9 @@ int64_t workspace_elements(Variant variant, Pass pass, const LayerShape& s, cons
 
 void forward(Variant variant, const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V,
              float* O, const KeptView& kept, MemorySpace& space) {
-  validate(t);
+  this_isa::validate(t);
   Buffer<float> workspace =
-      allocate_workspace(space, workspace_elements(variant, Pass::forward, s, t, omp_get_max_threads()));
+      allocate_workspace(space, this_isa::workspace_elements(variant, Pass::forward, s, t, omp_get_max_threads()));
   switch (variant) {
     case Variant::standard: standard_forward(s, t, Q, K, V, O, kept.scores, kept.dropped, kept.mask); break;
     case Variant::v1:
@@ -779,10 +778,10 @@ void forward(Variant variant, const LayerShape& s, const Tiling& t, const float*
 void backward(Variant variant, const LayerShape& s, const Tiling& t, const float* Q, const float* K, const float* V,
               const float* O, const float* dO, const KeptView& kept, float* dQ, float* dK, float* dV,
               MemorySpace& space) {
-  validate(t);
+  this_isa::validate(t);
   const int64_t BH = s.heads_total, N = s.seq, Nk = s.key_rows();
   const int threads = omp_get_max_threads();
-  Buffer<float> workspace = allocate_workspace(space, workspace_elements(variant, Pass::backward, s, t, threads));
+  Buffer<float> workspace = allocate_workspace(space, this_isa::workspace_elements(variant, Pass::backward, s, t, threads));
   float* dP_rows = workspace.data();
   switch (variant) {
     case Variant::standard:
@@ -815,4 +814,6 @@ void backward(Variant variant, const LayerShape& s, const Tiling& t, const float
   }
 }
 
-}  // namespace flashbench::cpu
+}  // namespace flashbench::cpu::FLASHBENCH_CPU_ISA
+
+#include "epilogue.hpp"
