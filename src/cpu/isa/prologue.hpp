@@ -15,15 +15,8 @@
 #endif
 
 #if defined(__clang__)
-#if FLASHBENCH_CPU_ISA_LEVEL == 3
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi,bmi2"))), \
-                             apply_to = function)
-#elif FLASHBENCH_CPU_ISA_LEVEL == 2
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,bmi,bmi2"))), apply_to = function)
-#else
-#pragma clang attribute push(__attribute__((target("sse4.2,popcnt"))), apply_to = function)
+#error "the CPU kernels are GCC code (its vector extensions, __builtin_shuffle and target pragmas): build them with g++"
 #endif
-#else
 #pragma GCC push_options
 #if FLASHBENCH_CPU_ISA_LEVEL == 3
 #pragma GCC target("arch=x86-64-v4")
@@ -31,5 +24,4 @@
 #pragma GCC target("arch=x86-64-v3")
 #else
 #pragma GCC target("arch=x86-64-v2")
-#endif
 #endif
