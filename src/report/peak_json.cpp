@@ -48,7 +48,10 @@ std::optional<PeakReport> peak_from_json(const nlohmann::json& j) {
   if (!threads || !fma || !sgemm || *sgemm <= 0) return std::nullopt;
   PeakReport peak;
   peak.threads = int(*threads);
-  peak.simd = j.value("simd", std::string());
+  // Files written before the kernels came in several ISAs name the width as "AVX-512" or "AVX2".
+  peak.simd = j.contains("simd") && j.at("simd").is_string() ? j.at("simd").get<std::string>() : std::string();
+  if (peak.simd == "AVX-512") peak.simd = "avx512";
+  if (peak.simd == "AVX2") peak.simd = "avx2";
   peak.fma_gflops = *fma;
   peak.fma_gflops_best = number(j, "fma_gflops_best").value_or(*fma);
   peak.sgemm_size = int64_t(number(j, "sgemm_size").value_or(0));
