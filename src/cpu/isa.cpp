@@ -80,12 +80,8 @@ void use_isa(std::string_view name, std::string_view source) {
 }
 
 std::string isa_help() {
-  std::string supported;
-  for (Isa isa : kAllIsas)
-    if (cpu_supports(isa)) supported += fmt::format("{}{}", supported.empty() ? "" : ", ", isa_name(isa));
-  return fmt::format("The CPU kernels' instruction set: scalar, avx2 or avx512 (this CPU: {}; default {}, "
-                     "its widest; also FLASHBENCH_ISA)",
-                     supported, isa_name(best_isa()));
+  // One line of --help; `info` lists which ISAs this CPU runs.
+  return fmt::format("CPU kernels' ISA: avx512|avx2|scalar (default {}, the widest here)", isa_name(best_isa()));
 }
 
 const IsaKernels& isa_kernels(Isa isa) {

@@ -34,7 +34,7 @@ void use_isa(Isa isa, std::string_view source = "--isa");
 // use_isa by name ("avx2"); a name that is not an ISA is a usage error naming `source`.
 void use_isa(std::string_view name, std::string_view source = "--isa");
 
-// The help text of --isa: the names, which this CPU supports and which one is the default here.
+// The help text of --isa: the names and the default here.
 std::string isa_help();
 
 // Sets an ISA for a scope and puts the previous one back (tests).
