@@ -45,7 +45,9 @@ std::optional<Isa> parse_isa(std::string_view name) {
 int64_t isa_lanes(Isa isa) { return isa_kernels(isa).lanes; }
 
 bool cpu_supports(Isa isa) {
-  // libgcc's CPUID reading also asks the OS (XGETBV) whether it saves the ymm / zmm registers.
+  // libgcc's CPUID reading also asks the OS (XGETBV) whether it saves the ymm / zmm registers. Its
+  // constructor may not have run yet when a static initialiser asks.
+  __builtin_cpu_init();
   switch (isa) {
     case Isa::scalar: return true;  // the build's baseline (x86-64-v2): the binary would not start without it
     case Isa::avx2:  // x86-64-v3, which its kernels are compiled for
