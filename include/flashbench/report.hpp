@@ -75,6 +75,10 @@ class Reporter {
   virtual ~Reporter();
   virtual void begin(const nlohmann::ordered_json& meta) = 0;
   virtual void add(const Row& row) = 0;
+  // Every row of one configuration has been added: a format that prints a block per configuration
+  // (table, md) prints it now, so that a sweep shows each block as its configuration finishes rather
+  // than when the next one does. The caller flushes the stream.
+  virtual void end_configuration();
   virtual void finish() = 0;
   // The sweep stopped early (a signal): `not_run` lists the configurations it did not run. Called
   // before finish(); formats that have a place for it say so (json: meta.complete = false and

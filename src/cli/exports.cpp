@@ -20,6 +20,9 @@ class FanOutReporter final : public Reporter {
   void add(const Row& row) override {
     for (auto& reporter : reporters_) reporter->add(row);
   }
+  void end_configuration() override {
+    for (auto& reporter : reporters_) reporter->end_configuration();
+  }
   void finish() override {
     for (auto& reporter : reporters_) reporter->finish();
   }

@@ -43,9 +43,11 @@ void SweepProgress::starting(size_t index, int round, size_t k, std::string_view
   std::fflush(stream_);
 }
 
-void SweepProgress::finish() {
+void SweepProgress::clear() {
   if (terminal_) fmt::print(stream_, "\r\033[K");
   std::fflush(stream_);
 }
+
+void SweepProgress::finish() { clear(); }
 
 }  // namespace flashbench::cli

@@ -25,6 +25,9 @@ class SweepProgress {
 
   // Implementation `k` (named `impl`) of configuration `index` starts, in `round` (0-based).
   void starting(size_t index, int round, size_t k, std::string_view impl, const Problem& problem);
+  // Clears the line in place (a tty) before anything else is printed; the next starting() draws it
+  // again.
+  void clear();
   // Clears the line in place (a tty) once the sweep is over.
   void finish();
 

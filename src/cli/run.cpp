@@ -493,6 +493,11 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
           any_failed |= row.status == Status::failed;
           reporter->add(row);
         }
+        // The configuration's block now, not when the next one is done; the progress line off the
+        // screen first, so that no frozen "[k/n] ..." stays above the table.
+        if (progress) progress->clear();
+        reporter->end_configuration();
+        destination.stream().flush();
         finished = index + 1;
       }
     }

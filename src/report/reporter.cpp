@@ -24,6 +24,7 @@ namespace flashbench {
 
 Reporter::~Reporter() = default;
 void Reporter::mark_incomplete(const nlohmann::ordered_json&) {}
+void Reporter::end_configuration() {}
 void Reporter::set_meta_at_end(const std::string&, const nlohmann::ordered_json&) {}
 
 std::unique_ptr<Reporter> make_reporter(std::string_view format, std::ostream& out, bool terminal, int table_width) {
@@ -269,6 +270,8 @@ void GroupingReporter::add(const Row& row) {
   group_.push_back(row);
   all_.push_back(row);
 }
+
+void GroupingReporter::end_configuration() { flush_group(); }
 
 void GroupingReporter::finish() {
   flush_group();

@@ -40,6 +40,7 @@ std::string describe_meta(const nlohmann::ordered_json& meta);
 class GroupingReporter : public Reporter {
  public:
   void add(const Row& row) override;
+  void end_configuration() override;
   void finish() override;
 
  protected:
