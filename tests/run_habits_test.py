@@ -171,6 +171,11 @@ def profile(binary, tmp):
         counts = [(r["timing"]["fwd"]["count"], r["timing"]["bwd"]["count"]) for r in rows]
         check(counts == [(1, 1), (1, 1)], f"one sample per phase: {counts}")
         check(all(r["check"] is not None and r["status"] == "ok" for r in rows), "still checked")
+        noisy = [w for r in rows for w in r.get("warnings", []) if "noise" in w]
+        check(not noisy, f"no noise warning for the one sample it takes by design: {noisy}")
+    table = flashbench(binary, "run", "--seq", "64", "--heads", "1", "--variant", "v2", "--profile")
+    check(table.returncode == 0 and "noise" not in table.stdout + table.stderr,
+          f"--profile's table advises nothing about noise: {(table.stdout + table.stderr)[-300:]!r}")
     usage_error(binary, ["run", "--seq", "64", "--profile", "--min-samples", "9"], ["--profile"],
                 "--profile with a sampling flag")
 
