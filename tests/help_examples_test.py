@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The examples at the foot of `flashbench --help` are real commands: each one runs as written, a
 `run` with --dry-run appended (the plan of the same command line, parsed and validated whole, the
-device opened, nothing measured), the others as they are, in a scratch folder.
+device opened, nothing measured), the others as they are, in a scratch folder; and no subcommand's
+--help repeats them (they were inherited by `grad`, `info`, `model` and `fit`).
 
 usage: help_examples_test.py FLASHBENCH_BINARY SOURCE_DIR
 """
@@ -35,6 +36,13 @@ def main():
             done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120, cwd=tmp)
             check(done.returncode == 0 and done.stdout, f"{' '.join(args)}: exit {done.returncode} "
                                                           f"{done.stderr.strip()[-200:]!r}")
+    # The top-level examples are the top level's: no subcommand's --help repeats the block (its
+    # last line is the top level's alone).
+    last_line = "Each command's own --help lists its options."
+    check(last_line in text, "the top-level examples end with the pointer to each command's --help")
+    for command in ("run", "grad", "info", "model", "fit", "compare", "merge", "completion"):
+        own = subprocess.run([binary, command, "--help"], capture_output=True, text=True, timeout=60).stdout
+        check(own and last_line not in own, f"{command} --help does not repeat the top-level examples")
     return summary()
 
 

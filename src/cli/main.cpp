@@ -59,7 +59,6 @@ int main(int argc, char** argv) {
   CLI::App app{"flashbench: time and memory of the attention backward pass (standard, v1, v2, checkpoint)"};
   app.set_version_flag("--version", fmt::format("flashbench {} ({})", build::kVersion, build::kGitRevision));
   app.require_subcommand(1);
-  app.footer(cli::top_level_examples());
   cli::register_run(app);
   cli::register_grad(app);
   cli::register_info(app);
@@ -68,6 +67,9 @@ int main(int argc, char** argv) {
   cli::register_compare(app);
   cli::register_merge(app);
   cli::register_completion(app);
+  // After the subcommands: CLI11 hands the app's footer to each subcommand made after it, and
+  // `grad --help` listed run's examples.
+  app.footer(cli::top_level_examples());
   try {
     // CLI11 would only say "A subcommand is required"; name the word it did not know.
     std::vector<std::string> commands;
