@@ -29,6 +29,7 @@ DRIFT = ["--threshold", "0.15"]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 from checks import check, summary  # noqa: E402
+from timings import steady  # noqa: E402
 
 
 def identical_pair(binary, tmp, attempt):
@@ -91,13 +92,10 @@ def main():
         # shared 16-CPU host) identical runs came out 1.4x apart, and a doubling inside that spread
         # reads SAME; what this part tests is that compare finds a change beyond the noise.
         base = json.loads(runs[1].read_text())
-        timing = base["rows"][2]["timing"]["bwd"]
-        median = timing["median_ms"]
-        timing["round_medians_ms"] = [median * (1 + 0.002 * ((i % 3) - 1)) for i in range(len(timing["round_medians_ms"]))]
-        timing["samples_ms"] = [median * (1 + 0.002 * ((i % 5) - 2)) for i in range(len(timing["samples_ms"]))]
-        steady = tmp / "steady.json"
-        steady.write_text(json.dumps(base))
-        second = json.loads(steady.read_text())
+        steady(base["rows"][2]["timing"]["bwd"])
+        steady_path = tmp / "steady.json"
+        steady_path.write_text(json.dumps(base))
+        second = json.loads(steady_path.read_text())
         timing = second["rows"][2]["timing"]["bwd"]
         for key in ("samples_ms", "round_medians_ms"):
             timing[key] = [2 * x for x in timing[key]]
@@ -108,7 +106,7 @@ def main():
             document_meta["environment"]["load_average_end"] = None
         slower = tmp / "slower.json"
         slower.write_text(json.dumps(second))
-        result = subprocess.run([binary, "compare", "--fail-on-regression", "--format", "json", str(steady), str(slower)],
+        result = subprocess.run([binary, "compare", "--fail-on-regression", "--format", "json", str(steady_path), str(slower)],
                                 capture_output=True, text=True)
         check(result.returncode == 3, f"a twice slower row exits {result.returncode} (3: a regression)")
         verdicts = [pair["bwd"]["verdict"] for pair in json.loads(result.stdout)["pairs"]] if result.stdout else []

@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 from checks import check, summary  # noqa: E402
+from timings import steadied  # noqa: E402
 
 SMALL = ["--seq", "64", "--heads", "1", "--head-dim", "16", "--variant", "v2", "--max-time", "0.05"]
 DEEP = 200_000
@@ -126,29 +127,6 @@ def scaled(document, factor, other_cpu_load, load_average):
     environment["other_cpu_load"] = other_cpu_load
     average = {"1m": load_average, "5m": load_average, "15m": load_average}
     environment["load_average_start"] = environment["load_average_end"] = average
-    return result
-
-
-def steadied(document):
-    """The document with each phase's samples and round medians replaced by a spread of +-0.4 % about
-    its median: what the load tests below judge is the load, not this machine's noise (on a loaded
-    CI machine four rounds of a 64-token run spread by more than the 1.3x they inject)."""
-    result = copy.deepcopy(document)
-    for row in result["rows"]:
-        for phase in ("fwd", "bwd"):
-            timing = row["timing"].get(phase)
-            if not isinstance(timing, dict) or not isinstance(timing.get("median_ms"), (int, float)):
-                continue
-            median = timing["median_ms"]
-            for key, period in (("samples_ms", 5), ("round_medians_ms", 3)):
-                count = len(timing.get(key, []))
-                timing[key] = [median * (1 + 0.002 * ((i % period) - period // 2)) for i in range(count)]
-            samples = timing["samples_ms"] or [median]
-            timing["mean_ms"] = median
-            timing["min_ms"], timing["max_ms"] = min(samples), max(samples)
-            timing["stddev_ms"] = (sum((x - median) ** 2 for x in samples) / len(samples)) ** 0.5
-            timing["ci95_low_ms"], timing["ci95_high_ms"] = median * 0.997, median * 1.003
-            timing.pop("cv", None)
     return result
 
 

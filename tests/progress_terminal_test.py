@@ -11,44 +11,18 @@ through a pipe:
 
 usage: progress_terminal_test.py FLASHBENCH_BINARY SOURCE_DIR
 """
-import os
-import pty
 import re
-import select
 import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 from checks import check, summary  # noqa: E402
+from terminal import run_on_terminal  # noqa: E402
 
 RUN = ["run", "--seq", "96,160", "--heads", "1", "--head-dim", "16", "--variant", "standard,v2",
        "--max-time", "0.05", "--threads", "1"]
 PROGRESS = re.compile(r"\[\d+/\d+\] \d+%")
-
-
-def on_a_terminal(binary):
-    """The bytes the run wrote to a pty (stdout and stderr both on it), in order."""
-    controller, terminal = pty.openpty()
-    process = subprocess.Popen([binary, *RUN], stdin=terminal, stdout=terminal, stderr=terminal,
-                               env={**os.environ, "COLUMNS": "120"})
-    os.close(terminal)
-    output = b""
-    while True:
-        ready, _, _ = select.select([controller], [], [], 120)
-        if not ready:
-            process.kill()
-            break
-        try:
-            chunk = os.read(controller, 65536)
-        except OSError:  # the other side closed: the process is done
-            break
-        if not chunk:
-            break
-        output += chunk
-    process.wait(timeout=60)
-    os.close(controller)
-    return process.returncode, output.decode("utf-8", "replace")
 
 
 def screen(text):
@@ -77,7 +51,7 @@ def screen(text):
 
 def main():
     binary = sys.argv[1]
-    code, text = on_a_terminal(binary)
+    code, text, _ = run_on_terminal([binary, *RUN], env={"COLUMNS": "120"})
     check(code == 0, f"the run on a terminal exits 0 ({code})")
     shown = screen(text)
     left = [line for line in shown if PROGRESS.search(line)]

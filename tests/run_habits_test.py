@@ -6,8 +6,6 @@ only when asked or on a terminal) and --profile (one warm-up, one sample).
 usage: run_habits_test.py FLASHBENCH_BINARY SOURCE_DIR
 """
 import json
-import os
-import pty
 import subprocess
 import sys
 import tempfile
@@ -16,6 +14,7 @@ from pathlib import Path
 QUICK = ["--max-time", "0.02", "--warmup-time", "0"]
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 from checks import check, summary  # noqa: E402
+from terminal import run_on_terminal  # noqa: E402
 
 
 def flashbench(binary, *args, timeout=300):
@@ -141,23 +140,9 @@ def progress(binary):
 
 def progress_on_a_terminal(binary):
     # stderr a terminal (a pseudo-terminal here): the line rewritten in place, cleared at the end.
-    leader, follower = pty.openpty()
-    process = subprocess.Popen([binary, "run", "--seq", "64,96", "--heads", "1", "--variant", "v2", *QUICK],
-                               stdout=subprocess.PIPE, stderr=follower, text=True)
-    os.close(follower)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:  # the terminal closes with the process
-            break
-        if not chunk:
-            break
-        seen += chunk
-    process.communicate(timeout=120)
-    os.close(leader)
-    text = seen.decode(errors="replace")
-    check(process.returncode == 0 and text.count("\r\x1b[K[") == 2 and "progress: " not in text
+    code, text, _ = run_on_terminal([binary, "run", "--seq", "64,96", "--heads", "1", "--variant", "v2", *QUICK],
+                                    stdout_too=False)
+    check(code == 0 and text.count("\r\x1b[K[") == 2 and "progress: " not in text
           and text.endswith("\r\x1b[K"), f"on a terminal: one line rewritten in place, cleared at the end: {text!r}")
 
 
