@@ -6,13 +6,12 @@
 
 #include <cmath>
 #include <cstdint>
-#include <optional>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "flashbench/cpu/gemm.hpp"
 #include "flashbench/cpu/isa.hpp"
+#include "support/isa.hpp"
 
 namespace flashbench::cpu {
 namespace {
@@ -59,18 +58,7 @@ void expect_matches_reference(Op op_a, Op op_b, Shape s, float alpha, float beta
 
 constexpr Op kOps[] = {Op::none, Op::transpose};
 
-// The test body runs with GetParam()'s kernels active, the ISA before it put back after.
-class Gemm : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (!cpu_supports(GetParam())) GTEST_SKIP() << "this CPU cannot run the " << isa_name(GetParam()) << " kernels";
-    isa_.emplace(GetParam());
-  }
-  void TearDown() override { isa_.reset(); }
-
- private:
-  std::optional<ScopedIsa> isa_;
-};
+class Gemm : public testing::EveryIsa {};
 
 TEST_P(Gemm, OddShapesAllOpCombinations) {
   const Shape shapes[] = {{1, 1, 1},    {1, 17, 3},   {13, 1, 5},    {7, 33, 9},   {12, 32, 64},
@@ -109,8 +97,7 @@ TEST_P(Gemm, ZeroInnerDimensionScalesC) {
   EXPECT_EQ(C, (std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f}));
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryIsa, Gemm, ::testing::ValuesIn(kAllIsas),
-                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(EveryIsa, Gemm, ::testing::ValuesIn(kAllIsas), testing::isa_test_name);
 
 }  // namespace
 }  // namespace flashbench::cpu

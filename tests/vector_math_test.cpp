@@ -12,17 +12,15 @@
 #include <vector>
 
 #include "flashbench/cpu/isa_kernels.hpp"
+#include "support/isa.hpp"
 
 namespace flashbench::cpu {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-class VectorMath : public ::testing::TestWithParam<Isa> {
+class VectorMath : public testing::EveryIsa {
  protected:
-  void SetUp() override {
-    if (!cpu_supports(GetParam())) GTEST_SKIP() << "this CPU cannot run the " << isa_name(GetParam()) << " kernels";
-  }
   const IsaKernels& kernels() const { return isa_kernels(GetParam()); }
   std::vector<float> exp_of(const std::vector<float>& x) const {
     std::vector<float> y(x.size());
@@ -113,8 +111,7 @@ TEST_P(VectorMath, MaskedEntriesAddNothing) {
   EXPECT_EQ(x[1], 0.0f);
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryIsa, VectorMath, ::testing::ValuesIn(kAllIsas),
-                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(EveryIsa, VectorMath, ::testing::ValuesIn(kAllIsas), testing::isa_test_name);
 
 }  // namespace
 }  // namespace flashbench::cpu

@@ -69,14 +69,10 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
              build["flags"].get<std::string>());
   if (info.contains("cpu_isa")) {  // the CPU device's block (cpu/device.cpp)
     const auto& isa = info["cpu_isa"];
-    const auto names = [](const nlohmann::ordered_json& list) {
-      std::string text;
-      for (const auto& name : list) text += (text.empty() ? "" : ", ") + name.get<std::string>();
-      return text;
-    };
     fmt::print("ISA          CPU kernels on {} ({} lanes; this CPU runs {}; built for {}; --isa chooses)\n",
-               isa["active"].get<std::string>(), isa["lanes"].get<int>(), names(isa["supported"]),
-               names(isa["compiled"]));
+               isa["active"].get<std::string>(), isa["lanes"].get<int>(),
+               fmt::join(isa["supported"].get<std::vector<std::string>>(), ", "),
+               fmt::join(isa["compiled"].get<std::vector<std::string>>(), ", "));
   }
   fmt::print("CUDA         {}\n", build["cuda"].get<bool>() ? "built in" : "not built in");
   fmt::print("CPU          {}\n", host["cpu"].get<std::string>());
