@@ -4,6 +4,9 @@ beside v2 and standard with its float64 check passing and its memory as modelled
 rows are `failed`, naming what went wrong, while the sweep goes on and exits 1; a library without
 the entry point or of another ABI version is one line and exit 2; `info --plugin` lists what a
 plugin offers; FLASHBENCH_PLUGINS loads the same way. The plugins are the build's (<build>/plugins).
+Where the build has the CUDA example and this machine a CUDA device, the CUDA example runs beside
+v2 and cudnn in bf16 and fp16 on the same inputs, its check passing and its memory as modelled
+(without a device that part says it skipped).
 
 usage: plugin_cli_test.py FLASHBENCH_BINARY SOURCE_DIR
 """
@@ -112,8 +115,44 @@ def main():
         check(flashbench(binary, ["run", "--impl", "naive.c", "--seq", "16"]).returncode == 2,
               "without the plugin, naive.c is an unknown implementation")
 
+        check_cuda_example(binary, plugins / "simple_cuda_plugin.so", tmp)
+
     print(f"{failures} failure(s)")
     return 1 if failures else 0
+
+
+def check_cuda_example(binary, library, tmp):
+    """The CUDA example beside v2 and cudnn, in both 16-bit dtypes, a prime N and the causal mask."""
+    if not library.exists():
+        print(f"skip the CUDA example: {library.name} is not built (no CUDA backend)")
+        return
+    info = json.loads(flashbench(binary, ["info", "--format", "json"]).stdout)
+    cuda = next(device for device in info["devices"] if device["name"] == "cuda")
+    if not cuda["available"]:
+        print(f"skip the CUDA example: {cuda.get('why', 'no CUDA device')}")
+        return
+    for dtype in ("bf16", "fp16"):
+        out = tmp / f"simple-cuda-{dtype}.json"
+        result = flashbench(binary, ["run", "--backend", "cuda", "--plugin", str(library), "--impl", "v2,cudnn,simple.cuda",
+                                     "--dtype", dtype, "--seq", "257", "--heads", "4", "--head-dim", "64",
+                                     "--causal", "--max-time", "0.5", "--format", "json", "--out", str(out)])
+        check(result.returncode == 0, f"{dtype}: run --plugin simple.cuda exits 0 (exit {result.returncode}: "
+                                      f"{result.stderr.strip()})")
+        if not out.exists():
+            continue
+        rows, by_impl = rows_by_impl(out)
+        simple, v2 = by_impl[("simple.cuda", 257)], by_impl[("v2", 257)]
+        check(simple["status"] == "ok" and simple["check"]["passed"] and
+              sorted(simple["check"]["tensors"]) == ["O", "dK", "dQ", "dV"],
+              f"{dtype}: simple.cuda is ok, O, dQ, dK, dV each checked: {simple['reason']}")
+        measured, model = simple["memory"]["measured"], simple["memory"]["model"]
+        check(measured["peak_bytes"] == model["peak_bytes"] and measured["by_tag"] == model["by_tag"],
+              f"{dtype}: simple.cuda's model = measured ({model['peak_bytes']} vs {measured['peak_bytes']})")
+        check(simple["reproducibility"]["inputs_hash"] == v2["reproducibility"]["inputs_hash"],
+              f"{dtype}: simple.cuda ran on v2's inputs")
+        cudnn = by_impl.get(("cudnn", 257))
+        check(cudnn is not None and cudnn["status"] in ("ok", "skipped"),
+              f"{dtype}: cudnn's row beside it ({cudnn and cudnn['status']}: {cudnn and cudnn['reason']})")
 
 
 if __name__ == "__main__":
