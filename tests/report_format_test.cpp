@@ -481,3 +481,29 @@ TEST(ReadResultsFile, ReadsJsonAndJsonLines) {
 
 }  // namespace
 }  // namespace flashbench
+
+// The sgemm ceiling takes OpenBLAS's rate only where its kernels are no wider than the run's: under
+// --isa avx2 on an AVX-512 machine, OpenBLAS's AVX-512 sgemm is not a ceiling for AVX2 kernels.
+TEST(PeakCeiling, OpenBlasCountsOnlyWhereItsVectorsAreNoWider) {
+  flashbench::PeakReport peak;
+  peak.sgemm_gflops = 500;
+  peak.openblas_gflops = 1000;
+  peak.openblas_core = "Cooperlake";
+  peak.simd = "avx512";
+  EXPECT_EQ(flashbench::sgemm_ceiling(peak), 1000);
+  EXPECT_EQ(flashbench::sgemm_ceiling_from(peak), "openblas");
+  EXPECT_FALSE(flashbench::openblas_left_out(peak));
+
+  peak.simd = "avx2";
+  EXPECT_EQ(flashbench::sgemm_ceiling(peak), 500);
+  EXPECT_EQ(flashbench::sgemm_ceiling_from(peak), "flashbench");
+  ASSERT_TRUE(flashbench::openblas_left_out(peak));
+  EXPECT_NE(flashbench::openblas_left_out(peak)->find("Cooperlake kernels use avx512"), std::string::npos);
+
+  peak.openblas_core = "Zen";  // Haswell's AVX2 kernels: comparable with avx2, wider than scalar
+  EXPECT_EQ(flashbench::sgemm_ceiling(peak), 1000);
+  peak.simd = "scalar";
+  EXPECT_EQ(flashbench::sgemm_ceiling(peak), 500);
+  peak.openblas_core = "Prescott";  // an older family than flashbench names: counted, as before
+  EXPECT_EQ(flashbench::sgemm_ceiling(peak), 1000);
+}

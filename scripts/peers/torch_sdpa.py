@@ -281,6 +281,7 @@ def main():
     if not protocol.clocks.available:
         print(f"torch_sdpa.py: no SM clocks per sample: {protocol.clocks.why_not}", file=sys.stderr)
 
+    meta = run_meta(args, protocol)
     masks = {"false": [False], "true": [True], "both": [False, True]}[args.mask]
     rows = []
     for causal in masks:
@@ -299,18 +300,30 @@ def main():
                           f"throttled {throttled(t['fwd'])}, {throttled(t['bwd'])}", flush=True)
                 else:
                     print(f"{what} {row['status']}: {row.get('reason', '')}", flush=True)
+            # After every configuration, so that a run cut short (a time limit, a lost node) keeps
+            # the rows it made: meta.complete says whether it reached its end.
+            write_results(args.out, meta, rows, complete=False)
+    write_results(args.out, meta, rows, complete=True)
+
+
+def run_meta(args, protocol):
+    """The file's meta: the tool, torch, the GPU and its driver, the timing protocol, the start time."""
     provenance = protocol.provenance()
     gpu = {"name": provenance["gpu_name"], "uuid": provenance["gpu_uuid"],
            "driver_version": provenance["driver_version"], "runtime_version": provenance["cuda_runtime"],
            "index": protocol.index}
     gpu.update(protocol.clocks.meta())
-    meta = {"tool": "torch_sdpa.py", "torch": torch.__version__, "argv": sys.argv, "gpu": gpu,
+    return {"tool": "torch_sdpa.py", "torch": torch.__version__, "argv": sys.argv, "gpu": gpu,
             "provenance": provenance, "timing": protocol.meta(),
             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    tmp = args.out + ".tmp"
+
+
+def write_results(path, meta, rows, complete):
+    """The rows so far, whole or not at all (a temporary file renamed over the last one)."""
+    tmp = path + ".tmp"
     with open(tmp, "w") as fh:
-        json.dump({"schema_version": 1, "meta": meta, "rows": rows}, fh, indent=1)
-    os.replace(tmp, args.out)
+        json.dump({"schema_version": 1, "meta": {**meta, "complete": complete}, "rows": rows}, fh, indent=1)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

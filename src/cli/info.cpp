@@ -116,6 +116,9 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
       fmt::print("ceiling      {:.0f} GFLOP/s sgemm: flashbench's own gemm, as this build has no OpenBLAS (install "
                  "libopenblas-dev and rebuild for an independent one); rates above it read over 100 %\n",
                  ceiling);
+    else if (peak.contains("openblas_left_out"))
+      fmt::print("ceiling      {:.0f} GFLOP/s sgemm: flashbench's gemm, as {} (run --peak reads rates against it)\n",
+                 ceiling, peak["openblas_left_out"].get<std::string>());
     else
       fmt::print("ceiling      {:.0f} GFLOP/s sgemm: {}, the faster of the two (run --peak reads rates against it)\n",
                  ceiling, peak["sgemm_ceiling_from"].get<std::string>() == "openblas" ? "OpenBLAS's" : "flashbench's gemm");
