@@ -66,6 +66,11 @@ echo "commands: $(complete_line flashbench '')"
 echo "run: $(complete_line flashbench run --seq 4096 --dry)"
 echo "model: $(complete_line flashbench model --tok)"
 echo "shells: $(complete_line flashbench completion '')"
+echo "dtype: $(complete_line flashbench run --dtype '')"
+echo "variant: $(complete_line flashbench model --variant '')"
+echo "impl: $(complete_line flashbench run --impl v2)"
+echo "mask: $(complete_line flashbench run --mask b)"
+echo "out: $(cd "{sys.argv[2]}" && complete_line flashbench run --out CMakeLis)"
 """
     done = run("bash", "-c", script)
     lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
@@ -74,6 +79,14 @@ echo "shells: $(complete_line flashbench completion '')"
     check(lines.get("run") == "--dry-run", f"completes run --dry -> {lines.get('run')!r}")
     check(lines.get("model") == "--tokens", f"completes model --tok -> {lines.get('model')!r}")
     check(lines.get("shells", "").split() == ["bash", "zsh", "fish"], f"completes the shells: {lines.get('shells')!r}")
+    # Values from a known set complete as those words, not as file names; a file's value as a file.
+    check(lines.get("dtype", "").split() == ["fp32", "bf16", "fp16"], f"completes run --dtype: {lines.get('dtype')!r}")
+    check(lines.get("variant", "").split() == ["standard", "v1", "v2", "checkpoint", "all"],
+          f"completes model --variant: {lines.get('variant')!r}")
+    impls = lines.get("impl", "").split()
+    check("v2" in impls and all(i.startswith("v2") for i in impls), f"completes run --impl v2: {impls}")
+    check(lines.get("mask") == "both", f"completes run --mask b: {lines.get('mask')!r}")
+    check(lines.get("out") == "CMakeLists.txt", f"completes run --out as a file: {lines.get('out')!r}")
 
     if shutil.which("zsh"):
         done = run("zsh", "-c", f'autoload -U compinit && compinit -u && source <("{binary}" completion zsh) && '

@@ -14,6 +14,7 @@
 namespace flashbench {
 
 enum class Dtype { fp32, bf16, fp16 };
+inline constexpr Dtype kAllDtypes[] = {Dtype::fp32, Dtype::bf16, Dtype::fp16};
 
 std::string_view to_string(Dtype dtype);
 Dtype parse_dtype(std::string_view name);  // throws UsageError on an unknown name

@@ -18,5 +18,8 @@ int64_t parse_bytes(std::string_view text);
 std::string format_duration_ms(double ms);
 std::string format_bytes(int64_t bytes);       // binary units: "512 B", "64.0 KiB", "1.50 GiB"
 std::string format_throughput(double tflops);  // "850 GFLOP/s", "1.23 TFLOP/s"
+// A count and its noun, the noun plural unless the count is one: "1 configuration", "3 rows".
+// `plural` for nouns that do not take an "s".
+std::string counted(int64_t count, std::string_view noun, std::string_view plural = {});
 
 }  // namespace flashbench

@@ -1,6 +1,7 @@
 // flashbench completion bash|zsh|fish: a shell completion script written from the command line's own
 // definition (every subcommand, option and description CLI11 holds), so that it cannot drift from
-// the options as they are. An option's value completes as a file name.
+// the options as they are. An option whose values are a known set (--variant, --impl, --dtype,
+// --backend, --isa, --mask, run's --format) completes them; any other value completes as a file name.
 #include <algorithm>
 #include <array>
 #include <iostream>
@@ -12,6 +13,9 @@
 
 #include "cli/commands.hpp"
 #include "flashbench/errors.hpp"
+#include "flashbench/harness/registry.hpp"
+#include "flashbench/report.hpp"
+#include "flashbench/variant.hpp"
 
 namespace flashbench::cli {
 
@@ -23,6 +27,7 @@ struct OptionEntry {
   std::vector<std::string> names;  // "--seq", "-n"
   bool takes_value = false;
   std::string description;  // its first line, up to the first sentence's end
+  std::vector<std::string> choices;  // the words its value takes, where they are a known set
 };
 
 struct CommandEntry {
@@ -38,12 +43,46 @@ std::string first_sentence(const std::string& text) {
   return line;
 }
 
-OptionEntry option_entry(const CLI::Option& option) {
+// The words the value of `command`'s option `name` (its long name) takes, from where each set is
+// defined (the variants, dtypes, the registry's devices, implementations and ISAs, the report
+// formats); empty where the value is free (a number, a file).
+std::vector<std::string> value_choices(const std::string& command, const std::string& name) {
+  std::vector<std::string> words;
+  if (name == "--variant" || name == "--variants") {
+    for (Variant variant : kAllVariants) words.emplace_back(to_string(variant));
+    if (command != "grad") words.emplace_back("all");
+  } else if (name == "--dtype") {
+    for (Dtype dtype : kAllDtypes) words.emplace_back(to_string(dtype));
+  } else if (name == "--backend" || name == "--device") {
+    for (const DeviceEntry& device : registry().devices()) words.push_back(device.name);
+  } else if (name == "--impl") {
+    for (const DeviceEntry& device : registry().devices())
+      for (const auto& implementation : device.implementations())
+        if (std::find(words.begin(), words.end(), implementation->name()) == words.end())
+          words.emplace_back(implementation->name());
+  } else if (name == "--isa") {
+    if (const DeviceEntry* device = registry().device_with_isa()) words = device->isa_names;
+  } else if (name == "--mask") {
+    words = {"false", "true", "both"};  // sweep.cpp's parse of --mask
+  } else if (name == "--format" && command == "run") {
+    for (std::string_view rest = kReportFormats; !rest.empty();) {  // "table, json, ..."
+      const size_t comma = rest.find(", ");
+      words.emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 2);
+    }
+  }
+  return words;
+}
+
+OptionEntry option_entry(const std::string& command, const CLI::Option& option) {
   OptionEntry entry;
   for (const std::string& name : option.get_lnames()) entry.names.push_back("--" + name);
   for (const std::string& name : option.get_snames()) entry.names.push_back("-" + name);
   entry.takes_value = option.get_type_size() > 0;
   entry.description = first_sentence(option.get_description());
+  if (entry.takes_value)
+    for (const std::string& name : entry.names)
+      if (entry.choices.empty()) entry.choices = value_choices(command, name);
   return entry;
 }
 
@@ -53,7 +92,7 @@ std::vector<CommandEntry> describe_commands(const CLI::App& app) {
     CommandEntry command{sub->get_name(), first_sentence(sub->get_description()), {}, {}};
     for (const CLI::Option* option : sub->get_options({})) {
       if (option->get_positional()) continue;
-      command.options.push_back(option_entry(*option));
+      command.options.push_back(option_entry(command.name, *option));
     }
     if (command.name == "completion") command.positional_choices.assign(kShells.begin(), kShells.end());
     commands.push_back(std::move(command));
@@ -80,13 +119,16 @@ std::string single_quoted(const std::string& text) {
 std::string bash_script(const std::vector<CommandEntry>& commands) {
   std::vector<std::string> names;
   for (const CommandEntry& command : commands) names.push_back(command.name);
-  std::string cases;
+  std::string cases, value_cases;
   for (const CommandEntry& command : commands) {
     std::vector<std::string> all, valued;
     for (const OptionEntry& option : command.options)
       for (const std::string& name : option.names) {
         all.push_back(name);
         if (option.takes_value) valued.push_back(name);
+        if (!option.choices.empty())
+          value_cases += fmt::format("    {}) COMPREPLY=($(compgen -W {} -- \"$cur\")); return ;;\n",
+                                     single_quoted(command.name + " " + name), single_quoted(join(option.choices)));
       }
     cases += fmt::format("    {}) options={}; valued={}; words={} ;;\n", command.name, single_quoted(join(all)),
                          single_quoted(join(valued)), single_quoted(join(command.positional_choices)));
@@ -105,6 +147,8 @@ _flashbench() {{
     COMPREPLY=($(compgen -W '{} --help --version' -- "$cur"))
     return
   fi
+  case "$command $prev" in
+{}  esac
   local options= valued= words=
   case $command in
 {}  esac
@@ -120,7 +164,7 @@ _flashbench() {{
 }}
 complete -o filenames -F _flashbench flashbench
 )",
-                     join(names), cases);
+                     join(names), value_cases, cases);
 }
 
 // zsh's _arguments specs: a description goes in [...], where ], [, : and \ need a backslash.
@@ -142,7 +186,9 @@ std::string zsh_script(const std::vector<CommandEntry>& commands) {
       for (const std::string& name : option.names)
         specs += " \\\n        " +
                  single_quoted(name + "[" + zsh_description(option.description) + "]" +
-                               (option.takes_value ? ":value:_files" : ""));
+                               (!option.choices.empty() ? ":value:(" + join(option.choices) + ")"
+                                : option.takes_value   ? ":value:_files"
+                                                       : ""));
     const std::string rest = command.positional_choices.empty()
                                  ? "'*:file:_files'"
                                  : single_quoted("1:shell:(" + join(command.positional_choices) + ")");
@@ -202,8 +248,11 @@ std::string fish_script(const std::vector<CommandEntry>& commands) {
       std::string names_part;
       for (const std::string& name : option.names)
         names_part += name.starts_with("--") ? " -l " + name.substr(2) : " -s " + name.substr(1);
-      lines += fmt::format("complete -c flashbench -n {}{}{} -d {}\n", condition, names_part,
-                           option.takes_value ? " -r -F" : "", quoted(option.description));
+      const std::string value = !option.choices.empty() ? " -r -f -a " + quoted(join(option.choices))
+                                : option.takes_value     ? std::string(" -r -F")
+                                                         : std::string();
+      lines += fmt::format("complete -c flashbench -n {}{}{} -d {}\n", condition, names_part, value,
+                           quoted(option.description));
     }
     if (!command.positional_choices.empty())
       lines += fmt::format("complete -c flashbench -n {} -a {}\n", condition, quoted(join(command.positional_choices)));

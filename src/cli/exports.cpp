@@ -79,4 +79,10 @@ void Exports::commit() {
   for (auto& entry : exports_) write_file_atomically(entry->path, entry->text.str());
 }
 
+std::string Exports::describe() const {
+  std::string text;
+  for (const auto& entry : exports_) text += fmt::format("{}'{}'", text.empty() ? "" : ", ", entry->path);
+  return text;
+}
+
 }  // namespace flashbench::cli

@@ -29,6 +29,8 @@ class Exports {
   std::unique_ptr<Reporter> beside(std::unique_ptr<Reporter> main);
   // Writes each export's file (after the reporters' finish()).
   void commit();
+  // The files, quoted and joined ("'a.json', 'a.md'"), or "" with none.
+  std::string describe() const;
 
  private:
   struct Export {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "flashbench/units.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/report.hpp"
 #include "flashbench/sweep_results.hpp"
@@ -25,9 +26,10 @@ int run_merge(const MergeFlags& flags) {
   const MergeResult merged = flags.rounds ? merge_runs_as_rounds(inputs) : merge_results(inputs);
   for (const std::string& warning : merged.warnings) fmt::print(stderr, "warning: {}\n", warning);
   write_file_atomically(flags.out, merged.document.dump(2) + "\n");
-  fmt::print("{} rows from {} files -> {}\n", merged.rows, inputs.size(), flags.out);
+  fmt::print("{} from {} -> {}\n", counted(int64_t(merged.rows), "row"), counted(int64_t(inputs.size()), "file"),
+             flags.out);
   if (merged.missing.empty()) return 0;
-  fmt::print("{} configurations missing:\n", merged.missing.size());
+  fmt::print("{} missing:\n", counted(int64_t(merged.missing.size()), "configuration"));
   for (const MissingConfiguration& missing : merged.missing)
     if (merged.sharded) fmt::print("  shard {}: {}\n", missing.shard, missing.description);
     else fmt::print("  {}\n", missing.description);

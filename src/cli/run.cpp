@@ -358,11 +358,11 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     if (!done[i]) to_run.push_back(problems[i]);
   }
   if (shard.count > 1)
-    fmt::print(stderr, "flashbench: shard {}/{} (from {}): {} of the sweep's {} configurations\n", shard.index,
-               shard.count, shard.source, share.size(), problems.size());
+    fmt::print(stderr, "flashbench: shard {}/{} (from {}): {} of the sweep's {}\n", shard.index, shard.count,
+               shard.source, share.size(), counted(int64_t(problems.size()), "configuration"));
   if (earlier)
-    fmt::print(stderr, "flashbench: resuming '{}': {} of {} configurations already there, {} to run\n", *flags.out,
-               share.size() - to_run.size(), share.size(), to_run.size());
+    fmt::print(stderr, "flashbench: resuming '{}': {} of {} already there, {} to run\n", *flags.out,
+               share.size() - to_run.size(), counted(int64_t(share.size()), "configuration"), to_run.size());
 
   std::vector<Implementation*> chosen;
   for (const auto& implementation : implementations) chosen.push_back(implementation.get());
@@ -412,6 +412,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
       flags.format, destination.stream(), destination.terminal(), table_width_for(flags.wide, destination.terminal())));
   reporter->begin(meta);
   bool any_failed = false;
+  size_t rows_written = 0;  // for the line that says where they went
   if (earlier) {
     // The earlier rows of whole configurations, as they were; a configuration cut short runs again.
     std::set<std::string> kept;
@@ -421,6 +422,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
       if (kept.contains(row.problem.describe())) {
         any_failed |= row.status == Status::failed;
         reporter->add(row);
+        ++rows_written;
       }
   }
   destination.publish();
@@ -495,6 +497,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
           row.peak_gflops = sgemm_ceiling_gflops;
           any_failed |= row.status == Status::failed;
           reporter->add(row);
+          ++rows_written;
         }
         // The configuration's block now, not when the next one is done; the progress line off the
         // screen first, so that no frozen "[k/n] ..." stays above the table.
@@ -520,9 +523,15 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   reporter->finish();
   destination.commit();
   exports.commit();
+  // Where the results went, when not to the screen: a silent success looks like a lost result.
+  if (const std::string exported = exports.describe(); !stop.received() && (flags.out || !exported.empty())) {
+    std::string where = flags.out ? fmt::format("'{}'", *flags.out) : std::string();
+    if (!exported.empty()) where += flags.out ? ", and " + exported : exported;
+    fmt::print(stderr, "flashbench: {} written to {}\n", counted(int64_t(rows_written), "row"), where);
+  }
   if (stop.received()) {
-    fmt::print(stderr, "flashbench: stopped by {}: {} of {} configurations finished{}\n",
-               stop.received() == SIGINT ? "SIGINT" : "SIGTERM", finished, to_run.size(),
+    fmt::print(stderr, "flashbench: stopped by {}: {} of {} finished{}\n",
+               stop.received() == SIGINT ? "SIGINT" : "SIGTERM", finished, counted(int64_t(to_run.size()), "configuration"),
                flags.out ? fmt::format(", written to '{}'", *flags.out) : "");
     return 128 + stop.received();
   }

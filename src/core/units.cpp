@@ -110,4 +110,9 @@ std::string format_throughput(double tflops) {
   return three_digits(tflops) + " TFLOP/s";
 }
 
+std::string counted(int64_t count, std::string_view noun, std::string_view plural) {
+  if (count == 1) return fmt::format("1 {}", noun);
+  return plural.empty() ? fmt::format("{} {}s", count, noun) : fmt::format("{} {}", count, plural);
+}
+
 }  // namespace flashbench

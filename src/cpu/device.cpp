@@ -307,6 +307,11 @@ void register_device_cpu(Registry& registry) {
       .measure_peak = measure_peak,
       .choose_isa = [](std::string_view name, std::string_view source) { cpu::use_isa(name, source); },
       .isa_help = cpu::isa_help,
+      .isa_names = [] {
+        std::vector<std::string> names;
+        for (cpu::Isa isa : cpu::kAllIsas) names.emplace_back(cpu::isa_name(isa));
+        return names;
+      }(),
       .nominal_flop_rate = 1e11,  // a 16-core AVX-512 server: 235 GFLOP/s fp32 (README's sweep), a laptop less
   });
 }

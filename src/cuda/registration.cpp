@@ -98,6 +98,7 @@ void register_device_cuda(Registry& registry) {
       .measure_peak = nullptr,  // no measured ceilings: rates stay absolute
       .choose_isa = nullptr,  // one instruction set (the build's sm targets)
       .isa_help = nullptr,
+      .isa_names = {},
       // For progress and --dry-run estimates only: an H200's bf16 attention runs at 150-600 TFLOP/s,
       // by implementation and shape (docs/cuda-notes.md).
       .nominal_flop_rate = 2e14,

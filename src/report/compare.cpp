@@ -1,6 +1,7 @@
 // Matching rows of two runs (or of one run against its `standard` rows), judging each time
 // difference with a Mann-Whitney U test over rounds or samples and the recorded load, and telling
 // apart runs that were not made alike.
+#include "flashbench/units.hpp"
 #include "flashbench/compare.hpp"
 
 #include <algorithm>
@@ -195,8 +196,8 @@ const std::vector<bool> kRightAligned = {false, false, false, true, true, true, 
 std::vector<std::string> notes(const Comparison& comparison) {
   std::vector<std::string> lines;
   for (const GeometricMean& mean : comparison.geometric_means())
-    lines.push_back(fmt::format("geometric mean B/A of {}: fwd {:.3f}, bwd {:.3f} over {} rows", mean.impl,
-                                mean.fwd_ratio, mean.bwd_ratio, mean.rows));
+    lines.push_back(fmt::format("geometric mean B/A of {}: fwd {:.3f}, bwd {:.3f} over {}", mean.impl,
+                                mean.fwd_ratio, mean.bwd_ratio, counted(int64_t(mean.rows), "row")));
   for (const Row& row : comparison.only_a) lines.push_back(fmt::format("only in {}: {}", comparison.a_name, short_row(row)));
   for (const Row& row : comparison.only_b) lines.push_back(fmt::format("only in {}: {}", comparison.b_name, short_row(row)));
   const std::vector<Difference> differences = comparison.differences();
@@ -219,15 +220,15 @@ std::vector<std::string> notes(const Comparison& comparison) {
       "test gives p < {}; UNSURE: the load on the slower run's machine, beyond the other's, could explain it",
       100 * comparison.options.threshold, comparison.options.alpha));
   if (by_rounds > 0)
-    lines.push_back(fmt::format("{} rows judged on the medians of their rounds (run --rounds)", by_rounds));
+    lines.push_back(fmt::format("{} judged on the medians of their rounds (run --rounds)", counted(int64_t(by_rounds), "row")));
   if (by_samples_of_rounds > 0)
-    lines.push_back(fmt::format("{} rows judged on the samples of 2 or 3 rounds, the bar their spread where larger "
+    lines.push_back(fmt::format("{} judged on the samples of 2 or 3 rounds, the bar their spread where larger "
                                 "(from {} rounds a side the test runs over the rounds' medians)",
-                                by_samples_of_rounds, kMinTestRounds));
+                                counted(int64_t(by_samples_of_rounds), "row"), kMinTestRounds));
   if (by_samples > 0)
-    lines.push_back(fmt::format("{} rows judged on the samples of one round, blind to variation between runs "
+    lines.push_back(fmt::format("{} judged on the samples of one round, blind to variation between runs "
                                 "(run --rounds 9 on both sides to see it)",
-                                by_samples));
+                                counted(int64_t(by_samples), "row")));
   return lines;
 }
 

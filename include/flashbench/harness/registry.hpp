@@ -31,9 +31,10 @@ struct DeviceEntry {
   std::function<PeakReport(int threads, int64_t n, bool products)> measure_peak;
   // Where its kernels come in several instruction sets (the CPU: cpu/isa.hpp): runs them on the one
   // named from now on (a usage error naming `source` where the machine lacks it or the name is none),
-  // and the help text of --isa. Empty elsewhere.
+  // the help text of --isa and the names it takes (for shell completion). Empty elsewhere.
   std::function<void(std::string_view name, std::string_view source)> choose_isa;
   std::function<std::string()> isa_help;
+  std::vector<std::string> isa_names;
   // A round rate of this kind of device [FLOP/s] for the modelled time that deals a sweep to shards
   // (modelled_run_seconds): a constant, not this machine's, so that every shard deals alike.
   double nominal_flop_rate = 1e11;
