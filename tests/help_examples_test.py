@@ -43,6 +43,19 @@ def main():
     for command in ("run", "grad", "info", "model", "fit", "compare", "merge", "completion"):
         own = subprocess.run([binary, command, "--help"], capture_output=True, text=True, timeout=60).stdout
         check(own and last_line not in own, f"{command} --help does not repeat the top-level examples")
+
+    # Every help text keeps to the terminal's width (COLUMNS here), wrapped at words, nothing lost.
+    for width in (100, 80):
+        for command in ("", "run", "grad", "info", "model", "fit", "compare", "merge", "completion"):
+            args = [binary, *([command] if command else []), "--help"]
+            own = subprocess.run(args, capture_output=True, text=True, timeout=60,
+                                 env={**os.environ, "COLUMNS": str(width)}).stdout
+            wide = [line for line in own.splitlines() if len(line) > width]
+            check(own and not wide, f"flashbench {command} --help at COLUMNS={width}: {len(wide)} wider lines {wide[:1]}")
+    wrapped = subprocess.run([binary, "run", "--help"], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "COLUMNS": "80"}).stdout
+    check(" ".join(wrapped.split()).count("FLASHBENCH_PLUGINS (colon-separated) adds more") == 1,
+          "a wrapped description keeps every word, in order")
     return summary()
 
 

@@ -1,5 +1,6 @@
 #include "cli/commands.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <map>
@@ -42,6 +43,15 @@ CLI::Option* add_seed_option(CLI::App* sub, uint64_t& target, const std::string&
     target = value;
   }, help);
   return option->default_str(std::to_string(target));
+}
+
+void group_options(CLI::App* sub, const OptionSections& sections) {
+  for (CLI::Option* option : sub->get_options({})) {
+    if (option->get_lnames().empty()) continue;
+    const std::string name = "--" + option->get_lnames().front();
+    for (const auto& [title, names] : sections)
+      if (std::find(names.begin(), names.end(), name) != names.end()) option->group(title);
+  }
 }
 
 CLI::Option* add_isa_option(CLI::App* sub) {

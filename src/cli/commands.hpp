@@ -23,6 +23,11 @@ CLI::Option* add_seed_option(CLI::App* subcommand, uint64_t& target, const std::
 // as it is parsed; a name this CPU cannot run is a usage error.
 CLI::Option* add_isa_option(CLI::App* subcommand);
 
+// `--help` in sections: each named option (by its first long name, "--seq") goes under its
+// section's title, in the order given; an option not named stays under "Options".
+using OptionSections = std::vector<std::pair<std::string, std::vector<std::string>>>;
+void group_options(CLI::App* subcommand, const OptionSections& sections);
+
 // A subcommand's action: receives argv (recorded in JSON meta) and returns the exit code.
 using Action = std::function<int(const std::vector<std::string>& argv)>;
 void set_action(CLI::App* subcommand, Action action);

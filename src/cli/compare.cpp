@@ -67,14 +67,16 @@ int run_compare(const CompareFlags& flags) {
 void register_compare(CLI::App& app) {
   auto flags = std::make_shared<CompareFlags>();
   CLI::App* sub = app.add_subcommand("compare", "Compare two result files, or every variant of one file with a baseline");
+  // One line a paragraph: --help wraps them to the terminal.
   sub->footer(
-      "Rows are matched by backend, variant and problem. Each phase is SLOWER or FASTER when its median moved by\n"
-      "more than --threshold (or the spread of its rounds' medians, if larger) and a two-sided Mann-Whitney U test\n"
-      "gives p < --alpha: over the rounds' medians where both runs have 4 or more (run --rounds R, or runs merged\n"
-      "by merge --rounds), else over the samples (of one round they do not see variation between runs; with 2 or\n"
-      "3 rounds their spread still sets the bar). UNSURE: such a change that the load other processes put on the\n"
-      "slower run's machine beyond the faster one's (meta.environment.other_cpu_load) could explain. Runs whose host, device,\n"
-      "threads, dtype or build (type, compiler, flags) differ are refused unless --allow-mismatch.\n"
+      "Rows are matched by backend, variant and problem. Each phase is SLOWER or FASTER when its median moved by "
+      "more than --threshold (or the spread of its rounds' medians, if larger) and a two-sided Mann-Whitney U test "
+      "gives p < --alpha: over the rounds' medians where both runs have 4 or more (run --rounds R, or runs merged "
+      "by merge --rounds), else over the samples (of one round they do not see variation between runs; with 2 or "
+      "3 rounds their spread still sets the bar). UNSURE: such a change that the load other processes put on the "
+      "slower run's machine beyond the faster one's (meta.environment.other_cpu_load) could explain.\n"
+      "Runs whose host, device, threads, dtype or build (type, compiler, flags) differ are refused unless "
+      "--allow-mismatch.\n"
       "Exit: 0, 3 with --fail-on-regression and a row SLOWER, 1 a failure, 2 a usage error or a refused mismatch.\n"
       "Examples: flashbench compare before.json after.json --fail-on-regression\n"
       "          flashbench compare --baseline standard run.json --format md");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/help_format.hpp"
 #include "flashbench/config.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/nearest.hpp"
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
   CLI::App app{"flashbench: time and memory of the attention backward pass (standard, v1, v2, checkpoint)"};
   app.set_version_flag("--version", fmt::format("flashbench {} ({})", build::kVersion, build::kGitRevision));
   app.require_subcommand(1);
+  app.formatter(cli::wrapping_formatter());  // before the subcommands, which take the app's formatter
   cli::register_run(app);
   cli::register_grad(app);
   cli::register_info(app);

@@ -42,12 +42,13 @@ int run_merge(const MergeFlags& flags) {
 void register_merge(CLI::App& app) {
   auto flags = std::make_shared<MergeFlags>();
   CLI::App* sub = app.add_subcommand("merge", "Merge the results of a sweep's shards (or of several runs) into one file");
+  // One line a paragraph: --help wraps them to the terminal.
   sub->footer(
-      "Rows of one sweep's shards come out in the sweep's order, as one process writes them. Refused: shards of\n"
-      "different sweeps, a shard given twice, a row present twice, differing schema versions. Mixed devices,\n"
-      "drivers or git revisions are warnings. Missing configurations are listed with the --array= indices to\n"
+      "Rows of one sweep's shards come out in the sweep's order, as one process writes them. Refused: shards of "
+      "different sweeps, a shard given twice, a row present twice, differing schema versions. Mixed devices, "
+      "drivers or git revisions are warnings. Missing configurations are listed with the --array= indices to "
       "rerun; the file is written and the exit code is 1 then.\n"
-      "--rounds: the files are runs of the same rows one after another (two builds alternated, say); each\n"
+      "--rounds: the files are runs of the same rows one after another (two builds alternated, say); each "
       "row's timings become their rounds, as run --rounds records them, so that compare judges them together.\n"
       "Example: flashbench merge results/shard-*.jsonl --out sweep.json");
   sub->add_option("files", flags->files, "flashbench results files (.json, .jsonl): a sweep's shards or whole runs")

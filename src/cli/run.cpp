@@ -647,7 +647,7 @@ void register_run(CLI::App& app) {
      "judges runs on those from 4 rounds a side (9 recommended; default 1)");
   optional_string("--trace", flags->trace,
                   "Write each row's memory timeline into this directory (created if missing) as a Chrome/Perfetto "
-                  "trace (.trace.json) and a PyTorch memory_viz snapshot (.snapshot.pickle), named <backend>-<impl>-B..-H..-N..-d..-L..[-causal][-G..][-Nk..]-<dtype> (docs/trace.md)");
+                  "trace (.trace.json) and a PyTorch memory_viz snapshot (.snapshot.pickle), named by backend, implementation and shape, e.g. cpu-v2-B1-H8-N4096-d64-L1-fp32 (docs/trace.md)");
   sub->add_flag("--dry-run", flags->dry_run,
                 "Print each configuration, each implementation's modelled peak, which would be skipped and why, and "
                 "the modelled time; measure and write nothing (--format table or json)");
@@ -660,6 +660,18 @@ void register_run(CLI::App& app) {
   sub->add_flag("--profile", flags->profile,
                 "For Nsight Systems / Nsight Compute: one warm-up and one sample per implementation, and on CUDA "
                 "NVTX ranges named '<impl> <pass>' and '<impl> layer <i> forward|backward'");
+  group_options(sub, {
+      {"What to run", {"--config", "--seq", "--seq-q", "--seq-k", "--heads", "--kv-heads", "--expand-kv", "--dropout",
+                       "--head-dim", "--batch", "--tokens", "--layers", "--causal", "--mask", "--dtype"}},
+      {"Which implementations, where", {"--variant", "--impl", "--plugin", "--backend", "--device-index", "--threads",
+                                        "--isa"}},
+      {"Timing", {"--warmup", "--warmup-time", "--min-samples", "--max-samples", "--max-noise", "--max-time",
+                  "--time-budget", "--rounds", "--throttle-threshold", "--cold", "--peak", "--peak-file", "--profile"}},
+      {"Checks and inputs", {"--no-check", "--check-budget", "--seed", "--input-scale", "--mem-limit"}},
+      {"Output", {"--format", "--out", "--wide", "--export-json", "--export-csv", "--export-md", "--trace",
+                  "--progress", "--dry-run"}},
+      {"Sweeps across machines", {"--shard", "--resume"}},
+  });
   set_action(sub, [flags](const std::vector<std::string>& argv) { return run_sweep(*flags, argv); });
 }
 
