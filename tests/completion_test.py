@@ -22,7 +22,8 @@ def run(*args, **kwargs):
 def subcommands(binary):
     text = run(binary, "--help").stdout
     section = text.split("Subcommands:", 1)[1].split("Examples:", 1)[0]
-    return [line.split()[0] for line in section.splitlines() if line.strip()]
+    # A subcommand's name starts its line at two spaces; a wrapped description continues deeper.
+    return [line.split()[0] for line in section.splitlines() if re.match(r"^  \S", line)]
 
 
 def help_options(binary, command):
