@@ -6,17 +6,18 @@
 
 Writes into DIR:
   time_vs_seq.png        forward and backward median time against N (log-log), one line per implementation
-  memory_vs_seq.png      measured peak memory (markers) and the model's peak (lines) against N [GiB]
+  memory_vs_seq.png      measured peak memory (markers) and the model's peak (lines) against N, in the binary
+                         unit its largest value reads in (MiB, GiB, ...)
   throughput_vs_seq.png  forward, backward and forward+backward rate against N, linear, as FlashAttention's
                          benchmark plots: TFLOP/s on a GPU, GFLOP/s on the CPU (and % of the sgemm ceiling
                          when the rows carry one); the FLOP counts are the rows' own
   speedup_vs_seq.png     forward, backward and forward+backward time of `standard` over each implementation's,
                          against N, where flashbench's `standard` ran the same problem on the same device
   memory_by_tag.png      the measured peak split by tag (input, activation, kept, workspace, grad), at up to
-                         four N [GiB]; what the row's tags leave unexplained (a peer knows only some) is an
+                         four N; what the row's tags leave unexplained (a peer knows only some) is an
                          "unattributed" segment, so every bar stands at the measured peak
-  bwd_over_fwd.png       backward / forward time against N, with seed 002's 1.5-2x band and 3x line
-                         (the rule of thumb of that article, docs/articles.md)
+  bwd_over_fwd.png       backward / forward time against N, with the 1.5-2x band and 3x line of a source
+                         article's rule of thumb (docs/articles.md)
 
 Every figure is titled with what its rows ran on: device, dtype, d, H, B (or B·N when the batch scales
 with N), mask, threads on the CPU, and L, G, N_k or dropout where they are not the default; an axis
@@ -489,18 +490,29 @@ def time_figure(canvas):
                             [band_handle()])
 
 
+def byte_unit(largest):
+    """The binary unit a memory axis reads in: the largest whose value of `largest` bytes is at least
+    1 (MiB-scale peaks on a MiB axis, not 0.002 GiB), as (name, bytes)."""
+    for name, size in (("TiB", 2 ** 40), ("GiB", GIB), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if largest >= size:
+            return name, size
+    return "B", 1
+
+
 def memory_figure(canvas):
     """Peak memory against N: measured as markers only, the model as lines."""
     figure, axes = canvas.panels(1, 8, 6)
     axis = axes[0]
     names = sorted({key[1] for key in canvas.series})
+    unit, size = byte_unit(max([p[k] for points in canvas.series.values() for p in points
+                                for k in ("peak_bytes", "model_peak_bytes") if p[k] is not None] or [0]))
     drawn = set()
     for key, points in canvas.series.items():
         shown = [p for p in points if p["peak_bytes"] is not None]
         if shown:
             style = style_for(key, canvas.sources)
             # Hollow rings of decreasing size, so implementations with equal peaks stay visible.
-            axis.plot([p["seq"] for p in shown], [p["peak_bytes"] / GIB for p in shown], linestyle="none",
+            axis.plot([p["seq"] for p in shown], [p["peak_bytes"] / size for p in shown], linestyle="none",
                       marker=style["marker"], color=style["color"], markerfacecolor="none", markeredgewidth=1.5,
                       markersize=11 - 2 * (names.index(key[1]) % 4), label=canvas.label(key))
             drawn.add(key)
@@ -508,12 +520,12 @@ def memory_figure(canvas):
         shown = [p for p in points if p["model_peak_bytes"] is not None]
         if shown:
             style = style_for(key, canvas.sources)
-            axis.plot([p["seq"] for p in shown], [p["model_peak_bytes"] / GIB for p in shown], color=style["color"],
+            axis.plot([p["seq"] for p in shown], [p["model_peak_bytes"] / size for p in shown], color=style["color"],
                       linestyle=style["linestyle"], alpha=0.6, label=f"model: {canvas.label(key)}")
             drawn.add(key)
     n_axis(axis)
     axis.set_yscale("log")
-    axis.set_ylabel("peak memory [GiB]")
+    axis.set_ylabel(f"peak memory [{unit}]")
     axis.set_title("measured (markers), model (lines)")
     canvas.save_with_legend(figure, axes, "memory_vs_seq", "peak memory against N", drawn)
 
@@ -582,8 +594,8 @@ def ratio_figure(canvas):
         if pairs:
             canvas.curve(axis, key, *map(list, zip(*pairs)))
             drawn.add(key)
-    axis.axhspan(1.5, 2.0, color="#2ca02c", alpha=0.12, label="seed 002: 1.5-2x normal")
-    axis.axhline(3.0, color="#d62728", linestyle="--", linewidth=1, label="seed 002: > 3x too much recompute")
+    axis.axhspan(1.5, 2.0, color="#2ca02c", alpha=0.12, label="rule of thumb: 1.5-2x normal")
+    axis.axhline(3.0, color="#d62728", linestyle="--", linewidth=1, label="rule of thumb: > 3x, too much recompute")
     n_axis(axis)
     axis.set_ylabel("backward time / forward time (medians)")
     axis.set_title("bwd / fwd")
@@ -604,7 +616,9 @@ def tag_figure(canvas, np):
     chosen = [all_seq[i] for i in picks]
     figure, axes = canvas.panels(len(chosen), 3.4, 5.5)
     figure.set_figwidth(figure.get_figwidth() + 1.6)
+    unit, size = byte_unit(max(p["peak_bytes"] for key in bar_series for p in series[key] if p["peak_bytes"]))
     drawn = set()
+    segments_shown = set()  # the segments with bytes in some bar: the legend names only those
     for axis, n in zip(axes, chosen):
         present = [key for key in bar_series if any(p["seq"] == n and p["peak_bytes"] for p in series[key])]
         drawn.update(present)
@@ -612,7 +626,9 @@ def tag_figure(canvas, np):
         xs = np.arange(len(present))
         bottom = np.zeros(len(present))
         for segment in TAGS + [UNATTRIBUTED]:
-            heights = np.array([tag_share(p, segment) / GIB for p in points], dtype=float)
+            heights = np.array([tag_share(p, segment) / size for p in points], dtype=float)
+            if heights.any():
+                segments_shown.add(segment)
             axis.bar(xs, heights, 0.7, bottom=bottom, color=TAG_COLOURS[segment], label=segment,
                      hatch="//" if segment == UNATTRIBUTED else None,
                      edgecolor=[colour_of(key[1]) for key in present], linewidth=1.5)
@@ -623,12 +639,13 @@ def tag_figure(canvas, np):
         axis.set_xticklabels([key[1] if len(canvas.sources) == 1 else canvas.label(key) for key in present],
                              rotation=45, ha="right", fontsize=8)
         axis.set_title(f"N = {n}")
-        axis.set_ylabel("live at the peak [GiB]")
+        axis.set_ylabel(f"live at the peak [{unit}]")
         axis.grid(True, axis="y", alpha=0.3)
     handles = [Patch(facecolor=TAG_COLOURS[s], hatch="//" if s == UNATTRIBUTED else None, label=s)
-               for s in TAGS + [UNATTRIBUTED]]
+               for s in TAGS + [UNATTRIBUTED] if s in segments_shown]
     figure.legend(handles=handles, loc="center right", fontsize=8, frameon=False)
-    canvas.save(figure, "memory_by_tag", "measured peak memory by tag (unattributed: peak less the tags the row states)",
+    canvas.save(figure, "memory_by_tag", "measured peak memory by tag" +
+                (" (unattributed: peak less the tags the row states)" if UNATTRIBUTED in segments_shown else ""),
                 drawn, right=1 - 1.5 / figure.get_figwidth())
 
 

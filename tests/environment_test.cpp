@@ -130,5 +130,28 @@ TEST(Environment, WarnsWhenTheLoadExceedsTheCpus) {
   EXPECT_TRUE(environment_warnings(read_host_environment(full.source())).empty());
 }
 
+// The start warning reads the probe where there is one: a load average that an earlier run left
+// behind, with nothing running now, is no warning; other processes busy now are one.
+TEST(Environment, WarnsOnOtherProcessesBusyNowNotOnTheLoadAverageOfEarlierRuns) {
+  HostEnvironment env;
+  env.logical_cpus = 2;
+  env.load_average = std::array<double, 3>{3.9, 1.2, 0.5};  // the last minute's own run of flashbench
+  env.others_busy_cpus = 0.05;
+  EXPECT_TRUE(environment_warnings(env).empty());
+  env.others_busy_cpus = 0.9;
+  env.load_average = std::array<double, 3>{0.1, 0.1, 0.1};  // a load that just began
+  const std::vector<std::string> warnings = environment_warnings(env);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("0.9 of the 2 logical CPUs busy"), std::string::npos) << warnings[0];
+  env.logical_cpus = 64;  // a tenth of a big machine's CPUs before it counts
+  env.others_busy_cpus = 5.0;
+  EXPECT_TRUE(environment_warnings(env).empty());
+  // The probe runs on the real /proc: a number of CPUs from 0 up.
+  const HostEnvironment here = read_host_environment(EnvironmentSource::system(), std::chrono::milliseconds(20));
+  if (here.others_busy_cpus) {
+    EXPECT_GE(*here.others_busy_cpus, 0.0);
+  }
+}
+
 }  // namespace
 }  // namespace flashbench

@@ -5,6 +5,7 @@
 // the system offers it (Linux /proc and /sys) and is absent otherwise: nothing is guessed.
 // GPU clocks, power and throttling are per row (gpu_state.hpp).
 #include <array>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -32,9 +33,15 @@ struct HostEnvironment {
   std::optional<bool> smt_active;                     // /sys/devices/system/cpu/smt/active
   std::optional<std::string> smt_control;             // on, off, forceoff, notsupported, notimplemented
   std::optional<std::string> omp_proc_bind, omp_places;  // OMP_PROC_BIND, OMP_PLACES as set
+  // The CPUs other processes kept busy over a short probe at the start (/proc/stat less this
+  // process): the load now, where the load average still carries minutes of what ran before (an
+  // earlier run of flashbench, say). Absent without /proc/stat.
+  std::optional<double> others_busy_cpus;
 };
 
-HostEnvironment read_host_environment(const EnvironmentSource& source);
+// Reads the host's state; `probe` is how long others_busy_cpus is measured over (zero: not measured).
+HostEnvironment read_host_environment(const EnvironmentSource& source,
+                                      std::chrono::milliseconds probe = std::chrono::milliseconds(200));
 std::optional<std::array<double, 3>> read_load_average(const EnvironmentSource& source);
 
 // CPU time the whole machine and this process had used at one moment, and when: two of them tell
@@ -50,8 +57,9 @@ std::optional<CpuTimes> read_cpu_times(const EnvironmentSource& source);
 // at least 0; nullopt when no time passed.
 std::optional<double> other_cpu_load(const CpuTimes& start, const CpuTimes& end);
 
-// One sentence each: a governor other than `performance`; a 1-minute load average at the start
-// above the number of logical CPUs.
+// One sentence each: a governor other than `performance`; other processes busy at the start (by the
+// probe: at least half a CPU, or a tenth of the CPUs where that is more; without the probe, a
+// 1-minute load average above the number of logical CPUs).
 std::vector<std::string> environment_warnings(const HostEnvironment& start);
 
 // meta.environment: every field, null where the system did not say; load_average_end and

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -119,9 +120,14 @@ std::optional<double> other_cpu_load(const CpuTimes& start, const CpuTimes& end)
   return std::max(0.0, other / wall);
 }
 
-HostEnvironment read_host_environment(const EnvironmentSource& source) {
+HostEnvironment read_host_environment(const EnvironmentSource& source, std::chrono::milliseconds probe) {
   HostEnvironment env;
   env.load_average = read_load_average(source);
+  if (probe.count() > 0)
+    if (const std::optional<CpuTimes> before = read_cpu_times(source)) {
+      std::this_thread::sleep_for(probe);
+      if (const std::optional<CpuTimes> after = read_cpu_times(source)) env.others_busy_cpus = other_cpu_load(*before, *after);
+    }
   if (const auto online = read_line(source, kCpuDirectory / "online")) env.logical_cpus = count_cpu_list(*online);
   env.governors = read_governors(source);
   // acpi-cpufreq (and amd-pstate) say "boost" 1/0; intel_pstate says the opposite, "no_turbo".
@@ -148,7 +154,12 @@ std::vector<std::string> environment_warnings(const HostEnvironment& start) {
       warnings.push_back(fmt::format("the CPU frequency governor is '{}', not 'performance': the clock moves with "
                                      "the load, and timings with it",
                                      governor));
-  if (start.load_average && start.logical_cpus && (*start.load_average)[0] > *start.logical_cpus)
+  if (start.others_busy_cpus && start.logical_cpus) {
+    if (*start.others_busy_cpus >= std::max(0.5, 0.1 * *start.logical_cpus))
+      warnings.push_back(fmt::format("other processes kept {:.1f} of the {} logical CPUs busy at the start: they "
+                                     "compete with the run, and timings are slower and noisier",
+                                     *start.others_busy_cpus, *start.logical_cpus));
+  } else if (start.load_average && start.logical_cpus && (*start.load_average)[0] > *start.logical_cpus)
     warnings.push_back(fmt::format("the load average at the start ({:.2f}) exceeds the {} logical CPUs: other "
                                    "processes compete for them, and timings are slower and noisier",
                                    (*start.load_average)[0], *start.logical_cpus));
@@ -167,6 +178,7 @@ nlohmann::ordered_json to_json(const HostEnvironment& env) {
   j["load_average_start"] = load_average_json(env.load_average);
   j["load_average_end"] = nullptr;
   j["other_cpu_load"] = nullptr;
+  j["others_busy_cpus_start"] = optional(env.others_busy_cpus);
   j["logical_cpus"] = optional(env.logical_cpus);
   j["cpu_governors"] = env.governors.empty() ? ordered_json(nullptr) : ordered_json(env.governors);
   j["cpu_boost"] = optional(env.boost);

@@ -287,7 +287,7 @@ std::string SweepSummary::table(size_t width) const {
                      "\n";
   std::vector<std::vector<std::string>> lines = {
       {"backend", "variant", "shape", "N", "time k", "large N", "fwd k", "bwd k", "peak k", "large N", "model k",
-       "bwd/fwd", "seed 002 rule (1.5-2x normal)"}};
+       "bwd/fwd", "rule of thumb: 1.5-2x normal"}};
   for (const ScalingSeries& s : series) {
     lines.push_back({s.backend, s.impl, s.shape_label, seq_range(s.seq),
                      exponent_text(s.time), exponent_text(s.time_large_n), exponent_text(s.fwd), exponent_text(s.bwd),
