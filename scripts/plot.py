@@ -184,6 +184,10 @@ def point_of(row, meta, standard):
         point[f"standard_{phase}_ms"] = median_ms(standard, phase) if standard else None
         throttled = dig(row, "timing", phase, "throttled_samples")
         point[f"{phase}_throttled"] = throttled if isinstance(throttled, int) else None
+    # Named in the file's summary as far off its series' scaling (summary.disturbed), or its
+    # standard is: a speed-up built on either is suspect.
+    point["disturbed"] = bool(row.get(DISTURBED_KEY))
+    point["standard_disturbed"] = bool(standard and standard.get(DISTURBED_KEY))
     return point
 
 
@@ -273,6 +277,10 @@ def collect_series(paths, where=None):
     loaded = []
     for path in paths:
         results = read_results(path)
+        for disturbed in results.summary.get("disturbed") or []:
+            index = disturbed.get("row") if isinstance(disturbed, dict) else None
+            if isinstance(index, int) and 0 <= index < len(results.rows):
+                results.rows[index][DISTURBED_KEY] = True
         ok = [r for r in results.rows if r.get("status") == "ok" and number(dig(r, "problem", "seq")) is not None]
         for key in wanted:
             if ok and not any(key in r["problem"] or key in PROBLEM_DEFAULTS for r in ok):
@@ -464,6 +472,8 @@ def band_handle():
 
 
 THROTTLED_NOTE = "x: some samples ran with the GPU throttled"
+DISTURBED_NOTE = "ring: disturbed? far off its series' scaling (run it again)"
+DISTURBED_KEY = "_disturbed"  # set on a row dict the file's summary names
 
 
 def time_figure(canvas):
@@ -482,6 +492,9 @@ def time_figure(canvas):
                 if throttled:  # one legend entry for all of them: the legend keeps one handle a label
                     axis.plot([p["seq"] for p in throttled], [p[f"{phase}_ms"] for p in throttled],
                               linestyle="none", marker="x", color="#d62728", markersize=9, label=THROTTLED_NOTE)
+                disturbed = [p for p in shown if p["disturbed"]]
+                if disturbed:
+                    mark_disturbed(axis, [p["seq"] for p in disturbed], [p[f"{phase}_ms"] for p in disturbed])
         n_axis(axis)
         axis.set_yscale("log")
         axis.set_title(f"{phase_name} time")
@@ -562,6 +575,12 @@ def rate_figure(canvas):
                             [band_handle()])
 
 
+def mark_disturbed(axis, xs, ys):
+    """A ring around points the summary calls disturbed (one legend entry for all of them)."""
+    axis.plot(xs, ys, linestyle="none", marker="o", markersize=16, markerfacecolor="none", markeredgecolor="#ff7f0e",
+              markeredgewidth=2, label=DISTURBED_NOTE)
+
+
 def speedup_figure(canvas):
     """Speed-up against flashbench's `standard` on the same problem and device; no figure when no
     series has one."""
@@ -569,11 +588,15 @@ def speedup_figure(canvas):
     drawn = set()
     for axis, (phase, phase_name) in zip(axes, PHASES):
         for key, points in canvas.series.items():
-            pairs = [(p["seq"], phase_value(p, phase, "ms"), standard_ms(p, phase)) for p in points]
-            pairs = [(n, s / t) for n, t, s in pairs if t and s]
+            pairs = [(p["seq"], phase_value(p, phase, "ms"), standard_ms(p, phase),
+                      p["disturbed"] or p["standard_disturbed"]) for p in points]
+            pairs = [(n, s / t, suspect) for n, t, s, suspect in pairs if t and s]
             if pairs:
-                canvas.curve(axis, key, *map(list, zip(*pairs)))
+                canvas.curve(axis, key, [n for n, _, _ in pairs], [r for _, r, _ in pairs])
                 drawn.add(key)
+                suspect = [(n, r) for n, r, flagged in pairs if flagged]
+                if suspect:
+                    mark_disturbed(axis, *map(list, zip(*suspect)))
         axis.axhline(1.0, color="#555555", linewidth=0.8, label="_same as standard")
         n_axis(axis)
         axis.set_title(phase_name)

@@ -20,7 +20,8 @@ FLASHBENCH_BACKENDS = ("cpu", "cuda")
 # The variants in flashbench's own order.
 VARIANTS = ("standard", "v1", "v2", "checkpoint")
 
-Results = collections.namedtuple("Results", "schema_version meta rows")
+# summary: the document's "summary" object ({} where it has none: a run of one configuration, a peer).
+Results = collections.namedtuple("Results", "schema_version meta rows summary", defaults=({},))
 
 
 class ResultsError(Exception):
@@ -63,7 +64,7 @@ def _read_stream(path):
         raise ResultsError(f"cannot read '{path}': {_one_line(error.strerror)}")
     except UnicodeDecodeError as error:
         raise ResultsError(f"'{path}' is not UTF-8 text: {_one_line(error)}")
-    version, meta, rows = None, {}, []
+    version, meta, rows, summary = None, {}, [], {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -77,7 +78,9 @@ def _read_stream(path):
             version, meta = record.get("schema_version"), record.get("meta") or {}
         elif "summary" not in record:
             rows.append(record)
-    return Results(version, meta, rows)
+        elif isinstance(record["summary"], dict):
+            summary = record["summary"]
+    return Results(version, meta, rows, summary)
 
 
 def read_results(path):
@@ -90,7 +93,9 @@ def read_results(path):
     meta = document.get("meta") or {}
     if not isinstance(meta, dict):
         raise ResultsError(f"'{path}': \"meta\" is not an object")
-    return Results(document.get("schema_version"), meta, _check_rows(path, document["rows"]))
+    summary = document.get("summary")
+    return Results(document.get("schema_version"), meta, _check_rows(path, document["rows"]),
+                   summary if isinstance(summary, dict) else {})
 
 
 def is_peer(row):

@@ -147,6 +147,27 @@ class PlotTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.folder.cleanup()
 
+    def test_rows_the_summary_calls_disturbed_are_ringed(self):
+        # A copy of the CPU file whose summary names its first standard row as disturbed: that
+        # point, and the speed-ups built on it, get the ring and its legend entry.
+        with open(CPU, encoding="utf-8") as handle:
+            document = json.load(handle)
+        index = next(i for i, row in enumerate(document["rows"])
+                     if row.get("status") == "ok" and row.get("impl", row.get("variant")) == "standard")
+        document["summary"] = dict(document.get("summary") or {}, disturbed=[{"row": index}])
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "disturbed.json")
+            with open(path, "w", encoding="utf-8") as handle:
+                json.dump(document, handle)
+            done = plot(path, "--out", folder, "--describe", os.path.join(folder, "figures.json"))
+            self.assertEqual(done.returncode, 0, done.stderr)
+            with open(os.path.join(folder, "figures.json"), encoding="utf-8") as handle:
+                figures = {figure["name"]: figure for figure in json.load(handle)["figures"]}
+        note = "ring: disturbed? far off its series' scaling (run it again)"
+        self.assertIn(note, figures["time_vs_seq"]["legend"])
+        self.assertIn(note, figures["speedup_vs_seq"]["legend"])
+        self.assertNotIn(note, self.cpu["time_vs_seq"]["legend"])  # none named, none drawn
+
     def test_labels_carry_the_workload_axes(self):
         sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts"))
         import plot as plot_module  # pylint: disable=import-outside-toplevel

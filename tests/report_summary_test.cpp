@@ -1,5 +1,6 @@
 // The sweep summary on rows with known power laws: exponents, the v2/standard crossover, and
-// bwd/fwd against seed 002's rule (docs/articles.md).
+// bwd/fwd against the articles' rule of thumb (docs/articles.md), claims judged by compare's rule,
+// rows off their series' scaling flagged.
 #include <cmath>
 #include <sstream>
 
@@ -110,6 +111,55 @@ TEST(SweepSummary, TableAndJson) {
   const nlohmann::ordered_json json = summary.to_json();
   EXPECT_NEAR(json["scaling"][1]["peak"]["exponent"].get<double>(), 1.0, 1e-9);
   EXPECT_EQ(json["crossovers"][0]["faster_from"], 1024);
+}
+
+// v2 at 0.95-0.98 of standard's time with samples spread ±10 %: within compare's 5 % threshold no
+// claim is made ("faster at every N" was), and the table says so.
+TEST(SweepSummary, RatiosWithinTheNoiseClaimNoDifference) {
+  std::vector<Row> rows;
+  const auto noisy = [](double median_ms) {
+    std::vector<double> samples;
+    for (int i = 0; i < 7; ++i) samples.push_back(median_ms * (1.0 + 0.1 * ((i % 3) - 1)));
+    return summarize(samples, 0.02);
+  };
+  const double ratios[] = {0.98, 0.95, 0.97, 0.96};
+  for (int i = 0; i < 4; ++i) {
+    const int64_t n = int64_t(256) << i;
+    const double t = 1e-5 * double(n) * double(n);
+    Row standard = timed_row(Variant::standard, small_problem(n), t, 2 * t, 16 * n * n, 8 * n * n);
+    Row v2 = timed_row(Variant::v2, small_problem(n), ratios[i] * t, ratios[i] * 2 * t, 512 * n, 8 * n);
+    standard.fwd = noisy(t), standard.bwd = noisy(2 * t);
+    v2.fwd = noisy(ratios[i] * t), v2.bwd = noisy(ratios[i] * 2 * t);
+    rows.push_back(standard);
+    rows.push_back(v2);
+  }
+  const SweepSummary summary = summarize_sweep(rows);
+  ASSERT_EQ(summary.crossovers.size(), 1u);
+  for (Verdict verdict : summary.crossovers[0].verdict) EXPECT_EQ(verdict, Verdict::same);
+  EXPECT_FALSE(summary.crossovers[0].faster_from);
+  const std::string table = summary.table();
+  EXPECT_NE(table.find("no difference beyond the noise at any N"), std::string::npos) << table;
+  EXPECT_EQ(table.find("v2 faster"), std::string::npos) << table;
+  EXPECT_EQ(summary.to_json()["crossovers"][0]["verdict"][1], "same");
+}
+
+// A row twice as slow as its series' other N predict is named as disturbed, in the table and the
+// JSON; the rows on the power law are not.
+TEST(SweepSummary, ARowOffItsSeriesScalingIsFlaggedDisturbed) {
+  std::vector<Row> rows = power_law_rows();
+  for (Row& row : rows)
+    if (row.variant == Variant::standard && row.problem.seq == 1024) {
+      row.fwd = testing::steady_timing(2 * row.fwd.median_ms);
+      row.bwd = testing::steady_timing(2 * row.bwd.median_ms);
+    }
+  const SweepSummary summary = summarize_sweep(rows);
+  ASSERT_EQ(summary.disturbed.size(), 1u);
+  EXPECT_EQ(summary.disturbed[0].impl, "standard");
+  EXPECT_EQ(summary.disturbed[0].problem.seq, 1024);
+  EXPECT_NEAR(summary.disturbed[0].measured_ms / summary.disturbed[0].predicted_ms, 2.0, 0.3);
+  EXPECT_NE(summary.table().find("Disturbed?"), std::string::npos);
+  EXPECT_EQ(summary.to_json()["disturbed"][0]["impl"], "standard");
+  EXPECT_TRUE(summarize_sweep(power_law_rows()).disturbed.empty());
 }
 
 TEST(SweepSummary, FixedTokenSweepIsOneSeriesPerVariant) {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "flashbench/compare.hpp"
 #include "flashbench/result.hpp"
 
 namespace flashbench {
@@ -59,16 +60,33 @@ struct Crossover {
   std::string shape_label;
   std::vector<int64_t> seq;     // N where both ran ok
   std::vector<double> ratio;    // v2 time / standard time at each N
-  // The smallest measured N from which v2 is faster at every larger measured N; empty when v2 is
-  // not faster at the largest N.
+  // v2 against standard at each N by compare's rule on the fwd + bwd time of each sample (FASTER:
+  // v2 faster beyond the threshold and the U test's alpha; SAME: no difference beyond the noise).
+  std::vector<Verdict> verdict;
+  // The smallest measured N from which v2 is FASTER at every larger measured N; empty when it is
+  // not at the largest N.
   std::optional<int64_t> faster_from;
   // log-log interpolation of ratio = 1 between the last slower and the first faster N.
   std::optional<double> interpolated_seq;
 };
 
+// A row whose time lies far off what the same implementation's other N in the sweep predict (a
+// least-squares fit of log time on log N without it, judged where other N lie on both sides): the
+// machine was likely disturbed while it ran, and any ratio built on it is suspect.
+struct DisturbedRow {
+  std::string backend, impl;
+  Problem problem;
+  double measured_ms = 0;   // fwd + bwd median
+  double predicted_ms = 0;  // from the fit over the series' other rows
+  size_t row = 0;           // its index among the rows summarized (the document's "rows")
+};
+// How far a row may stray from its series' fit before it counts as disturbed: a factor either way.
+inline constexpr double kDisturbedFactor = 1.5;
+
 struct SweepSummary {
   std::vector<ScalingSeries> series;
   std::vector<Crossover> crossovers;
+  std::vector<DisturbedRow> disturbed;
 
   // True when some series has at least two N (otherwise there is nothing to fit).
   bool has_scaling() const;

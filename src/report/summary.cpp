@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <stdexcept>
@@ -181,6 +183,66 @@ std::string describe_shape(const Problem& p) {
                      extras.empty() ? "" : " ", extras, to_string(p.dtype));
 }
 
+namespace {
+
+std::string lowercase(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A row's fwd + bwd time per sample (the two phases of one sample ran back to back) as a summary
+// compare's rule can judge; where the phases' sample counts differ, their medians' sum alone.
+TimingSummary total_time(const Row& row) {
+  std::vector<double> totals;
+  if (row.fwd.samples_ms.size() == row.bwd.samples_ms.size())
+    for (size_t i = 0; i < row.fwd.samples_ms.size(); ++i) totals.push_back(row.fwd.samples_ms[i] + row.bwd.samples_ms[i]);
+  if (totals.empty()) totals.push_back(row.fwd.median_ms + row.bwd.median_ms);
+  return summarize(std::move(totals), 1.0);
+}
+
+// The rows of a series whose time lies beyond kDisturbedFactor of the fit over its other rows (at
+// least three others at distinct N, some below and some above the row's). One at a time, the
+// worst first, each taken out before the next is judged: a disturbed row would otherwise pull the
+// fits its neighbours are judged by.
+void find_disturbed(std::vector<const Row*> series_rows, const std::function<size_t(const Row*)>& row_index,
+                    std::vector<DisturbedRow>& disturbed) {
+  const auto total_ms = [](const Row* row) { return row->fwd.median_ms + row->bwd.median_ms; };
+  while (series_rows.size() >= 4) {
+    size_t worst = series_rows.size();
+    double worst_distance = 0, worst_predicted = 0;
+    for (size_t i = 0; i < series_rows.size(); ++i) {
+      std::vector<double> x, y;
+      for (size_t j = 0; j < series_rows.size(); ++j)
+        if (series_rows[j]->problem.seq != series_rows[i]->problem.seq) {
+          x.push_back(std::log(double(series_rows[j]->problem.seq)));
+          y.push_back(std::log(total_ms(series_rows[j])));
+        }
+      std::vector<double> distinct = x;
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      // Judged between other N only: a series may bend at its ends (a fixed cost at small N, a cache
+      // falling off at large N), which a straight line through the rest would call disturbed.
+      const double at = std::log(double(series_rows[i]->problem.seq));
+      if (distinct.size() < 3 || at <= distinct.front() || at >= distinct.back()) continue;
+      const LineFit fit = fit_line(x, y);
+      const double predicted = std::exp(fit.intercept + fit.slope * std::log(double(series_rows[i]->problem.seq)));
+      const double distance = std::abs(std::log(total_ms(series_rows[i]) / predicted));
+      if (distance > worst_distance) {
+        worst = i;
+        worst_distance = distance;
+        worst_predicted = predicted;
+      }
+    }
+    if (worst == series_rows.size() || worst_distance <= std::log(kDisturbedFactor)) return;
+    const Row& row = *series_rows[worst];
+    disturbed.push_back({row.backend, row.implementation(), row.problem, total_ms(&row), worst_predicted, row_index(&row)});
+    series_rows.erase(series_rows.begin() + std::ptrdiff_t(worst));
+  }
+}
+
+}  // namespace
+
 SweepSummary summarize_sweep(const std::vector<Row>& rows) {
   SweepSummary summary;
   // Series in order of first appearance, so the summary follows the sweep.
@@ -222,6 +284,7 @@ SweepSummary summarize_sweep(const std::vector<Row>& rows) {
       all_modelled = all_modelled && row->model && row->model->peak_bytes > 0;
     }
     series.time = log_log_fit(series_rows, [](const Row& r) { return r.fwd.median_ms + r.bwd.median_ms; });
+    find_disturbed(series_rows, [&](const Row* row) { return size_t(row - rows.data()); }, summary.disturbed);
     series.fwd = log_log_fit(series_rows, [](const Row& r) { return r.fwd.median_ms; });
     series.bwd = log_log_fit(series_rows, [](const Row& r) { return r.bwd.median_ms; });
     series.peak = log_log_fit(series_rows, [](const Row& r) { return double(r.measured.peak_bytes); });
@@ -256,12 +319,14 @@ SweepSummary summarize_sweep(const std::vector<Row>& rows) {
         if (f->problem.seq == s->problem.seq) {
           crossover.seq.push_back(s->problem.seq);
           crossover.ratio.push_back((f->fwd.median_ms + f->bwd.median_ms) / (s->fwd.median_ms + s->bwd.median_ms));
+          crossover.verdict.push_back(compare_phase(total_time(*s), total_time(*f), CompareOptions{}).verdict);
           break;
         }
     if (crossover.seq.empty()) continue;
-    // Walk down from the largest N while v2 stays faster.
+    // Walk down from the largest N while v2 stays faster by compare's rule (a ratio below 1 within
+    // the noise is no difference, and says nothing about where the lines cross).
     size_t first_faster = crossover.seq.size();
-    while (first_faster > 0 && crossover.ratio[first_faster - 1] < 1.0) --first_faster;
+    while (first_faster > 0 && crossover.verdict[first_faster - 1] == Verdict::faster) --first_faster;
     if (first_faster < crossover.seq.size()) {
       crossover.faster_from = crossover.seq[first_faster];
       if (first_faster > 0) {
@@ -326,19 +391,38 @@ std::string SweepSummary::table(size_t width) const {
   if (std::find(keep.begin(), keep.end(), false) != keep.end())
     text += report_detail::wrap_text("(--wide adds the summary's other columns)", width, 2) + "\n";
   if (!crossovers.empty()) {
-    text += "\n" + report_detail::wrap_text("v2 against standard (fwd + bwd time ratio; below 1 means v2 is faster)",
+    text += "\n" + report_detail::wrap_text("v2 against standard (fwd + bwd time ratio, below 1 where v2 is faster, "
+                                            "and compare's verdict on the samples: faster or slower only beyond "
+                                            "5 % and the U test's p < 0.05, else same)",
                                             width, 2) + "\n";
     for (const Crossover& c : crossovers) {
       std::string ratios;
       for (size_t i = 0; i < c.seq.size(); ++i)
-        ratios += fmt::format("{}N={} {:.2f}", i ? ", " : "", c.seq[i], c.ratio[i]);
+        ratios += fmt::format("{}N={} {:.2f} {}", i ? ", " : "", c.seq[i], c.ratio[i],
+                              c.verdict.size() > i ? lowercase(to_string(c.verdict[i])) : "");
+      const bool all_same = std::all_of(c.verdict.begin(), c.verdict.end(), [](Verdict v) { return v == Verdict::same; });
       std::string verdict;
-      if (!c.faster_from) verdict = "v2 not faster at the largest N";
+      if (all_same) verdict = "no difference beyond the noise at any N";
+      else if (!c.faster_from) verdict = "v2 not faster at the largest N";
       else if (c.faster_from == c.seq.front()) verdict = fmt::format("v2 faster at every N from {}", *c.faster_from);
-      else verdict = fmt::format("v2 faster from N = {} (crossover ~{:.0f})", *c.faster_from, *c.interpolated_seq);
+      else if (c.interpolated_seq)
+        verdict = fmt::format("v2 faster from N = {} (crossover ~{:.0f})", *c.faster_from, *c.interpolated_seq);
+      else verdict = fmt::format("v2 faster from N = {}", *c.faster_from);
       text += report_detail::wrap_text(fmt::format("{}: {}: {}; {}", c.backend, c.shape_label, verdict, ratios), width, 2) +
               "\n";
     }
+  }
+  if (!disturbed.empty()) {
+    text += "\n" + report_detail::wrap_text(fmt::format("Disturbed? Rows {:g}x or more off the time their series' other "
+                                                         "N predict (a log-log fit without them): the machine may have "
+                                                         "been busy, and ratios built on them are suspect; run them again",
+                                                         kDisturbedFactor),
+                                            width, 2) + "\n";
+    for (const DisturbedRow& d : disturbed)
+      text += report_detail::wrap_text(fmt::format("{} {} {}: {} fwd+bwd, {:.2f}x the {} predicted", d.backend, d.impl,
+                                                   d.problem.describe(), format_duration_ms(d.measured_ms),
+                                                   d.measured_ms / d.predicted_ms, format_duration_ms(d.predicted_ms)),
+                                       width, 2) + "\n";
   }
   return text;
 }
@@ -373,10 +457,17 @@ nlohmann::ordered_json SweepSummary::to_json() const {
     e["shape"] = shape_json(c.shape, c.batch_follows_seq, c.shape_label);
     e["seq"] = c.seq;
     e["v2_over_standard"] = c.ratio;
+    e["verdict"] = nlohmann::ordered_json::array();
+    for (Verdict v : c.verdict) e["verdict"].push_back(lowercase(to_string(v)));
     e["faster_from"] = json_or_null(c.faster_from);
     e["interpolated_seq"] = json_or_null(c.interpolated_seq);
     j["crossovers"].push_back(std::move(e));
   }
+  j["disturbed"] = nlohmann::ordered_json::array();
+  for (const DisturbedRow& d : disturbed)
+    j["disturbed"].push_back({{"backend", d.backend}, {"impl", d.impl}, {"problem", d.problem.describe()},
+                              {"measured_ms", d.measured_ms}, {"predicted_ms", d.predicted_ms},
+                              {"factor", d.measured_ms / d.predicted_ms}, {"row", d.row}});
   return j;
 }
 
