@@ -116,6 +116,9 @@ struct Row {
   // it was sampled alone, and then sampled_alone says why where others were measured too.
   std::vector<std::string> interleaved_with;
   std::string sampled_alone;
+  // Where run --time-budget stopped the samples before the stopping rule was met: what it cut
+  // (a warning under the row; timing.time_budget in JSON).
+  std::string time_budget_cut;
   // run --trace: the ledger's history during the measured pass (written as a trace file, not as a
   // field of the results).
   std::shared_ptr<const MemoryTimeline> timeline;

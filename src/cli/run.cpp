@@ -67,6 +67,7 @@ struct RunFlags {
   ExportFlags exports;                   // --export-json, --export-csv, --export-md
   bool progress = false;                 // --progress: on stderr even when it is not a terminal
   bool profile = false;                  // --profile: one warm-up, one sample, device ranges for Nsight
+  std::optional<double> time_budget_s;   // --time-budget: the whole sweep's wall time [s]
   std::vector<std::string> plugins;      // --plugin: shared libraries whose implementations join the registry
 };
 
@@ -306,6 +307,48 @@ EnvironmentSource host_environment_source() {
   return source;
 }
 
+// run --time-budget: the sweep's wall time shared out among its steps (a configuration in one round)
+// by their modelled time. Past its share a step stops sampling at --min-samples, past the budget's
+// end at one sample; once nothing is left, no further step starts.
+class TimeBudget {
+ public:
+  TimeBudget(std::optional<double> seconds, std::vector<double> weights, int rounds)
+      : seconds_(seconds), weights_(std::move(weights)), rounds_(rounds), start_(std::chrono::steady_clock::now()) {
+    for (double weight : weights_) round_weight_ += weight;
+  }
+  bool limited() const { return seconds_.has_value(); }
+  double elapsed_s() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  double seconds() const { return seconds_.value_or(0); }
+  // The deadline of step (round, index), or none without a budget; nullopt too once the budget is
+  // spent, which spent() then says.
+  std::optional<std::chrono::steady_clock::time_point> deadline(int round, size_t index) {
+    if (!seconds_) return std::nullopt;
+    const double left = *seconds_ - elapsed_s();
+    if (left <= 0) {
+      spent_ = true;
+      return std::nullopt;
+    }
+    double remaining = double(rounds_ - round - 1) * round_weight_;
+    for (size_t i = index; i < weights_.size(); ++i) remaining += weights_[i];
+    const double share = remaining > 0 ? left * weights_[index] / remaining : left;
+    return std::chrono::steady_clock::now() +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(share));
+  }
+  bool spent() const { return spent_; }
+  // When the whole budget runs out.
+  std::chrono::steady_clock::time_point end() const {
+    return start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds()));
+  }
+
+ private:
+  std::optional<double> seconds_;
+  std::vector<double> weights_;  // each configuration's modelled time, one round
+  double round_weight_ = 0;
+  int rounds_ = 1;
+  std::chrono::steady_clock::time_point start_;
+  bool spent_ = false;
+};
+
 int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   // Before anything asks the registry: a plugin's implementations are named like the built-in ones.
   const std::vector<PluginDescription> plugins = load_plugins(flags.plugins);
@@ -461,14 +504,29 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   timing_runner.on_start(report_start);
   std::vector<ConfigurationRounds> configurations(to_run.size());
   size_t finished = 0;  // configurations whose every round is done, reported
+  // A step's share of the budget follows its work: its passes at the floor of the stopping rule
+  // (the --max-time clamp would give every configuration alike the same share).
+  std::vector<double> step_weights;
+  SamplingPolicy floor_policy = spec.sampling;
+  floor_policy.max_time_s = 0;
+  for (const Problem& problem : to_run)
+    step_weights.push_back(modelled_run_seconds(problem, int(chosen.size()), floor_policy, entry.nominal_flop_rate));
+  TimeBudget budget(flags.time_budget_s, std::move(step_weights), flags.rounds);
+  const auto go_on = [&] { return !stop.received() && !budget.spent(); };
   // Round by round over the whole share, so that what changes on the machine during the run falls
   // on every configuration's rounds alike rather than on one configuration's.
-  for (int round = 0; round < flags.rounds && !stop.received(); ++round) {
-    for (size_t index = 0; index < to_run.size() && !stop.received(); ++index) {
+  for (int round = 0; round < flags.rounds && go_on(); ++round) {
+    for (size_t index = 0; index < to_run.size() && go_on(); ++index) {
       const Problem& problem = to_run[index];
       current_index = index;
       current_round = round;
       ConfigurationRounds& configuration = configurations[index];
+      if (budget.limited()) {
+        const auto deadline = budget.deadline(round, index);
+        if (budget.spent()) break;
+        runner.set_deadlines(deadline, budget.end());
+        timing_runner.set_deadlines(deadline, budget.end());
+      }
       if (round == 0) {
         current_list = chosen;
         configuration.add_first(runner.run(problem, chosen));
@@ -509,7 +567,19 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     }
   }
   if (progress) progress->finish();
-  if (stop.received()) {
+  if (budget.spent() && flags.rounds > 1)
+    // The configurations that ran some rounds before the budget ran out: their rows with those rounds.
+    for (size_t index = finished; index < to_run.size() && !configurations[index].rows.empty(); ++index) {
+      for (Row& row : configurations[index].finish(flags.rounds, spec.sampling.max_noise)) {
+        row.peak_gflops = sgemm_ceiling_gflops;
+        any_failed |= row.status == Status::failed;
+        reporter->add(row);
+        ++rows_written;
+      }
+      reporter->end_configuration();
+      finished = index + 1;
+    }
+  if (stop.received() || budget.spent()) {
     nlohmann::ordered_json not_run = nlohmann::ordered_json::array();
     for (size_t index = finished; index < to_run.size(); ++index) not_run.push_back(to_run[index].describe());
     reporter->mark_incomplete(not_run);
@@ -529,6 +599,17 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
     if (!exported.empty()) where += flags.out ? ", and " + exported : exported;
     fmt::print(stderr, "flashbench: {} written to {}\n", counted(int64_t(rows_written), "row"), where);
   }
+  if (budget.spent() && !stop.received())
+    fmt::print(stderr, "flashbench: warning: --time-budget {:g} s spent after {:.1f} s: {} of {} finished, the rest not "
+                       "run{}\n",
+               budget.seconds(), budget.elapsed_s(), finished, counted(int64_t(to_run.size()), "configuration"),
+               flags.out ? " (the file lists them: meta.not_run)" : "");
+  else if (budget.limited() && budget.elapsed_s() > budget.seconds() && !stop.received())
+    // What the budget cannot cut: the float64 checks, set-up, the measured pass and one sample of each.
+    fmt::print(stderr, "flashbench: warning: the run took {:.1f} s of its {:g} s --time-budget: the float64 checks, "
+                       "set-up and one sample of each implementation are not cut (--no-check or fewer configurations "
+                       "make it shorter)\n",
+               budget.elapsed_s(), budget.seconds());
   if (stop.received()) {
     fmt::print(stderr, "flashbench: stopped by {}: {} of {} finished{}\n",
                stop.received() == SIGINT ? "SIGINT" : "SIGTERM", finished, counted(int64_t(to_run.size()), "configuration"),
@@ -598,7 +679,16 @@ void register_run(CLI::App& app) {
   sub->add_option_function<double>("--max-noise", [flags](double v) { flags->sweep.max_noise = v; },
                                    "Stop once the median's relative noise is below this (default 0.02)");
   sub->add_option_function<double>("--max-time", [flags](double v) { flags->sweep.max_time_s = v; },
-                                   "Or once this many seconds went into samples of one configuration (default 10)");
+                                   "Or once an implementation's samples took this many seconds (default 10), but "
+                                   "never before --min-samples: a floor of 5 passes each. A configuration takes "
+                                   "longer: its check, set-up and warm-up come on top (--time-budget bounds the "
+                                   "whole run)");
+  sub->add_option_function<double>("--time-budget", [flags](double v) {
+    if (!(v > 0 && std::isfinite(v))) throw UsageError(fmt::format("--time-budget must be a positive number of seconds (got {})", v));
+    flags->time_budget_s = v;
+  }, "Seconds the whole run may take: each configuration gets a share by its modelled time, past which "
+     "its samples stop at --min-samples, and past the budget at one (said under the row); once it is spent, "
+     "the configurations left are not run (said, and listed in the file's meta.not_run)");
   sub->add_option_function<double>("--throttle-threshold", [flags](double v) { flags->sweep.throttle_threshold = v; },
                                    "GPU: a sample whose SM clock is below this fraction of the maximum ran throttled "
                                    "(left out of the median where enough others remain; default 0.95)");

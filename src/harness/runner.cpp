@@ -621,11 +621,19 @@ class Measurement {
   // around them.
   void sample();
   // The stopping rule holds: enough samples, steady medians, or the time or count spent.
-  bool done() const { return !needs_more_samples(options_.sampling, {&fwd_ms_, &bwd_ms_}, sampling_seconds_); }
+  bool done() const {
+    const size_t taken = fwd_ms_.size();
+    return (taken >= 1 && past(options_.hard_deadline)) ||
+           (taken >= size_t(options_.sampling.min_samples) && past(options_.deadline)) ||
+           !needs_more_samples(options_.sampling, {&fwd_ms_, &bwd_ms_}, sampling_seconds_);
+  }
   // The summaries, then the measured computation once more: the same bits again?
   void finish();
 
  private:
+  static bool past(const std::optional<std::chrono::steady_clock::time_point>& deadline) {
+    return deadline && std::chrono::steady_clock::now() >= *deadline;
+  }
   // A device range "<impl> <pass>" (--profile), or none.
   std::string pass_range(std::string_view pass) const {
     return options_.name_ranges ? fmt::format("{} {}", implementation_.name(), pass) : std::string();
@@ -769,7 +777,7 @@ std::vector<double> Measurement::pass() {
 
 void Measurement::warm_up() {
   row_.gpu_start = device_.gpu_state();  // the GPU's clocks and throttling around the timed runs
-  while (needs_more_warmup(options_.sampling, warmups_done_, warmup_ms_)) {
+  while (needs_more_warmup(options_.sampling, warmups_done_, warmup_ms_) && !past(options_.deadline)) {
     const DeviceRange range(device_, pass_range("warm-up"));
     const std::vector<double> times = pass();
     ++warmups_done_;
@@ -796,6 +804,11 @@ void Measurement::sample() {
 void Measurement::finish() {
   row_.gpu_end = device_.gpu_state();
   const SamplingPolicy& policy = options_.sampling;
+  if ((options_.deadline || options_.hard_deadline) && needs_more_samples(policy, {&fwd_ms_, &bwd_ms_}, sampling_seconds_))
+    row_.time_budget_cut = fmt::format("--time-budget: sampling stopped after {} (the stopping rule wanted more: "
+                                       "at least {}, or the noise below {:g} %)",
+                                       counted(int64_t(fwd_ms_.size()), "sample"), policy.min_samples,
+                                       100 * policy.max_noise);
   // One reading covers a sample's forward and backward: the clocks are read after both.
   if (clocks_.size() != fwd_ms_.size()) clocks_.clear();
   row_.fwd = summarize(std::move(fwd_ms_), policy.max_noise, clocks_, policy.min_samples);

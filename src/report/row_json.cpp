@@ -202,6 +202,7 @@ ordered_json problem_to_json(const Problem& p) {
 std::vector<std::string> row_warnings(const Row& row) {
   std::vector<std::string> warnings = timing_warnings(row.fwd, "fwd");
   for (std::string& w : timing_warnings(row.bwd, "bwd")) warnings.push_back(std::move(w));
+  if (!row.time_budget_cut.empty()) warnings.push_back(row.time_budget_cut);
   if (!row.check && !row.not_checked.empty()) warnings.push_back("not checked: " + row.not_checked);
   for (const std::string& hazard : row.hazards) warnings.push_back(hazard);
   if (row.reproducibility && row.reproducibility->deterministic == false)
@@ -227,6 +228,7 @@ ordered_json row_to_json(const Row& row) {
   j["timing"]["bwd"] = timing_to_json(row.bwd);
   j["timing"]["interleaved_with"] = row.interleaved_with;
   if (!row.sampled_alone.empty()) j["timing"]["sampled_alone"] = row.sampled_alone;
+  if (!row.time_budget_cut.empty()) j["timing"]["time_budget"] = row.time_budget_cut;
   j["throughput"]["fwd_tflops"] = number_or_null(row.fwd_tflops(), row.fwd.median_ms > 0);
   j["throughput"]["bwd_tflops"] = number_or_null(row.bwd_tflops(), row.bwd.median_ms > 0);
   if (row.peak_gflops) {
@@ -336,6 +338,8 @@ Row row_from_json(const json& j) {
         if (name.is_string()) row.interleaved_with.push_back(name.get<std::string>());
     if (timing.contains("sampled_alone") && timing.at("sampled_alone").is_string())
       row.sampled_alone = timing.at("sampled_alone").get<std::string>();
+    if (timing.contains("time_budget") && timing.at("time_budget").is_string())
+      row.time_budget_cut = timing.at("time_budget").get<std::string>();
   }
   if (j.contains("memory")) {
     const json& memory = j.at("memory");

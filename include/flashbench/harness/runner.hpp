@@ -5,6 +5,7 @@
 //   implementation: the measured pass (memory, outputs for the check), warm-up and samples under
 //   the one stopping rule; the check (nothing compared → `not checked`, never passed);
 //   OutOfMemory → `oom`; RuntimeFailure → `failed` with the reason, the sweep going on.
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,6 +35,11 @@ struct RunOptions {
   // "<impl> layer <i> <phase>" around each layer's forward and backward. No '/' in a name: Nsight
   // Compute's --nvtx-include reads '/' as the step from a range to the one nested in it.
   bool name_ranges = false;
+  // When the samples should stop (run --time-budget): past `deadline` (the configuration's share) an
+  // implementation stops warming up, and sampling once it has --min-samples; past `hard_deadline`
+  // (the budget's end) once it has one sample, whatever the stopping rule still wants. The row
+  // says where it cut.
+  std::optional<std::chrono::steady_clock::time_point> deadline, hard_deadline;
 };
 
 class Runner {
@@ -51,6 +57,12 @@ class Runner {
   // Called by run() as it starts measuring implementation k of the list it was given (progress).
   using StartObserver = std::function<void(const Problem& problem, size_t k)>;
   void on_start(StartObserver observer) { on_start_ = std::move(observer); }
+  // The deadlines of the configurations run from now on (RunOptions::deadline, hard_deadline).
+  void set_deadlines(std::optional<std::chrono::steady_clock::time_point> deadline,
+                     std::optional<std::chrono::steady_clock::time_point> hard_deadline) {
+    options_.deadline = deadline;
+    options_.hard_deadline = hard_deadline;
+  }
 
   // One layer's inputs on the host, rounded to the problem's dtype on the device: Q and dO
   // [B,H,N,d], K and V [B,G,N_k,d].
