@@ -132,6 +132,41 @@ TEST(ReportTable, KeepsToTheWidthAndWideShowsEveryColumn) {
   EXPECT_GT(lines_of(wide)[3].size(), 100u) << "the rows here need more than the narrow width";
 }
 
+// With a ceiling (run --peak) the title promises rates: they are the last columns to go, and where
+// even they cannot show, the title no longer promises them. Every block of a run keeps one column
+// set, however its numbers fall.
+TEST(ReportTable, RatesThatTheTitlePromisesStayAndBlocksKeepOneColumnSet) {
+  std::vector<Row> rows = four_variant_rows();
+  for (Row& row : rows) row.peak_gflops = 180.0;
+  std::vector<Row> slower = four_variant_rows();  // a second N, its times ten times longer
+  for (Row& row : slower) {
+    row.problem.seq = 512;
+    row.peak_gflops = 180.0;
+    if (row.status == Status::ok) row.fwd = summarize({20.5, 20.0, 20.2, 20.1, 20.3}, 0.02);
+  }
+  rows.insert(rows.end(), slower.begin(), slower.end());
+  const std::string at100 = render("table", rows, false, 100);
+  std::vector<std::string> headers;  // the blocks' header lines (the summary's has no status)
+  for (const std::string& line : lines_of(at100))
+    if (line.rfind("variant", 0) == 0 && line.find("status") != std::string::npos) headers.push_back(line);
+  ASSERT_EQ(headers.size(), 2u) << at100;
+  EXPECT_NE(headers[0].find("bwd rate"), std::string::npos) << at100;
+  EXPECT_NE(at100.find("rate % of the 180 GFLOP/s sgemm ceiling"), std::string::npos) << at100;
+  const auto columns = [](const std::string& header) {  // the names, whatever the widths
+    std::vector<std::string> names;
+    std::istringstream words(header);
+    for (std::string word; words >> word;) names.push_back(word);
+    return names;
+  };
+  EXPECT_EQ(columns(headers[0]), columns(headers[1])) << "one column set per run:\n" << at100;
+  const std::string at50 = render("table", rows, false, 50);
+  for (const std::string& line : lines_of(at50))
+    if (line.rfind("variant", 0) == 0) {
+      EXPECT_EQ(line.find("rate"), std::string::npos) << at50;
+    }
+  EXPECT_EQ(at50.find("rate % of the"), std::string::npos) << "no rate shown, none promised:\n" << at50;
+}
+
 // The legend explains the marks and warnings printed, and only those.
 TEST(ReportTable, LegendNamesOnlyTheMarksThatAppear) {
   const std::vector<Row> all = four_variant_rows();

@@ -22,9 +22,28 @@ constexpr std::string_view kResetColour = "\033[0m";
 constexpr std::string_view kColumnGap = "  ";
 
 // The columns a narrow block leaves out, the first given up first; the rest (variant, fwd, bwd,
-// peak, check, status) always show.
+// peak, check, status) always show. Where the title promises rates as % of a ceiling (run --peak),
+// the rates are the last to go (kDropOrderKeepingRates), and the promise goes with them.
 constexpr std::array<std::string_view, 8> kDropOrder = {"bwd/fwd",  "peak-model", "model peak", "fwd rate",
                                                         "bwd rate", "peak/std",   "time/std",   "kept"};
+constexpr std::array<std::string_view, 8> kDropOrderKeepingRates = {"bwd/fwd",  "peak-model", "model peak", "peak/std",
+                                                                    "time/std", "kept",       "fwd rate",   "bwd rate"};
+constexpr std::string_view kRatePromise = "; rate % of the ";  // tabulate_group's title, with a ceiling
+
+// The width each column is fitted by: its widest cell of any block, as far as the cells' formats
+// allow it to be known before the block is made ("0.0512 ms", "1.23 TFLOP/s 100%", "1023 KiB"), so
+// that every block of a run, however its numbers fall, keeps the same columns.
+size_t planned_width(std::string_view header) {
+  if (header == "fwd" || header == "bwd") return 9;
+  if (header == "fwd rate" || header == "bwd rate") return 17;
+  if (header == "kept" || header == "peak" || header == "model peak") return 9;
+  if (header == "bwd/fwd" || header == "time/std" || header == "peak/std") return 6;
+  if (header == "peak-model") return 7;
+  if (header == "check") return 12;
+  if (header == "status") return 7;
+  if (header == "variant") return 12;
+  return 0;
+}
 
 // What a mark or a warning means, and what to do about it; the legend prints those that appeared.
 enum class Mark { fastest, no_value, warned, check_failed, not_checked, skipped, oom, failed, noise, cold_start,
@@ -60,12 +79,20 @@ class TableReporter final : public GroupingReporter {
     if (terminal_ && table.best_row >= 0) table.cells[size_t(table.best_row)][0] += " *";
     const std::vector<std::string> reasons = width_ > 0 ? move_reasons_out(table) : std::vector<std::string>{};
 
-    std::vector<size_t> widths(table.headers.size());
+    std::vector<size_t> widths(table.headers.size()), planned(table.headers.size());
     for (size_t c = 0; c < widths.size(); ++c) {
       widths[c] = table.headers[c].size();
       for (const auto& cells : table.cells) widths[c] = std::max(widths[c], display_width(cells[c]));
+      planned[c] = std::max(widths[c], planned_width(table.headers[c]));
     }
-    const std::vector<size_t> shown = columns_that_fit(table.headers, widths);
+    const bool rates_promised = table.title.find(kRatePromise) != std::string::npos;
+    const std::vector<size_t> shown = columns_that_fit(table.headers, planned, rates_promised);
+    const auto is_shown = [&](std::string_view name) {
+      const auto at = std::find(table.headers.begin(), table.headers.end(), name);
+      return at != table.headers.end() && std::find(shown.begin(), shown.end(), size_t(at - table.headers.begin())) != shown.end();
+    };
+    if (rates_promised && !is_shown("fwd rate") && !is_shown("bwd rate"))
+      table.title.erase(table.title.find(kRatePromise));  // no rate shown, none promised
     note_marks(rows, table, shown);
 
     out_ << "\n" << wrap_text(table.title, width_, 2) << "\n";
@@ -125,7 +152,8 @@ class TableReporter final : public GroupingReporter {
 
   // The columns to print, in their order: all of them, less those of kDropOrder (in its order) until
   // the block fits the width.
-  std::vector<size_t> columns_that_fit(const std::vector<std::string>& headers, const std::vector<size_t>& widths) {
+  std::vector<size_t> columns_that_fit(const std::vector<std::string>& headers, const std::vector<size_t>& widths,
+                                       bool keep_rates) {
     std::vector<bool> keep(headers.size(), true);
     const auto total = [&] {
       size_t sum = 0, columns = 0;
@@ -133,7 +161,7 @@ class TableReporter final : public GroupingReporter {
         if (keep[c]) sum += widths[c], ++columns;
       return sum + (columns - 1) * kColumnGap.size();
     };
-    for (std::string_view name : kDropOrder) {
+    for (std::string_view name : keep_rates ? kDropOrderKeepingRates : kDropOrder) {
       if (width_ == 0 || total() <= width_) break;
       const auto at = std::find(headers.begin(), headers.end(), name);
       if (at == headers.end()) continue;
