@@ -17,7 +17,6 @@
 #include "flashbench/harness/reference.hpp"
 #include "flashbench/harness/stack.hpp"
 #include "flashbench/model.hpp"
-#include "flashbench/report.hpp"
 #include "flashbench/os_memory.hpp"
 #include "flashbench/timeline.hpp"
 #include "flashbench/units.hpp"
