@@ -21,5 +21,7 @@ std::string format_throughput(double tflops);  // "850 GFLOP/s", "1.23 TFLOP/s"
 // A count and its noun, the noun plural unless the count is one: "1 configuration", "3 rows".
 // `plural` for nouns that do not take an "s".
 std::string counted(int64_t count, std::string_view noun, std::string_view plural = {});
+// ASCII letters in lower case ("SAME" -> "same", "Cooperlake" -> "cooperlake").
+std::string lowercase(std::string_view text);
 
 }  // namespace flashbench

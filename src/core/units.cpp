@@ -16,12 +16,6 @@ namespace flashbench {
 
 namespace {
 
-std::string lowercase(std::string_view text) {
-  std::string lower(text);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return lower;
-}
-
 std::string_view trim(std::string_view text) {
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
@@ -108,6 +102,12 @@ std::string format_bytes(int64_t bytes) {
 std::string format_throughput(double tflops) {
   if (tflops < 1) return three_digits(tflops * 1000) + " GFLOP/s";
   return three_digits(tflops) + " TFLOP/s";
+}
+
+std::string lowercase(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
 }
 
 std::string counted(int64_t count, std::string_view noun, std::string_view plural) {

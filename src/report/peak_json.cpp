@@ -1,10 +1,10 @@
 #include <algorithm>
-#include <cctype>
 
 #include <fmt/format.h>
 
 #include "flashbench/peak.hpp"
 #include "flashbench/report.hpp"
+#include "flashbench/units.hpp"
 
 namespace flashbench {
 
@@ -92,8 +92,7 @@ int isa_rank(std::string_view isa) {
 // The ISA of an OpenBLAS kernel family (openblas_get_corename(), any case): "avx512" for the
 // families built on AVX-512, "avx2" for those on AVX2 with FMA, "" for older or unknown ones.
 std::string_view openblas_core_isa(std::string_view core) {
-  std::string lower(core);
-  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  const std::string lower = lowercase(core);
   for (std::string_view family : {"skylakex", "cooperlake", "sapphirerapids"})
     if (lower == family) return "avx512";
   for (std::string_view family : {"haswell", "zen", "skylake"})  // OpenBLAS's "Zen" runs Haswell's kernels

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cmath>
 #include <functional>
 #include <iterator>
@@ -14,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "flashbench/units.hpp"
 #include "reporters.hpp"
 
 namespace flashbench {
@@ -184,12 +184,6 @@ std::string describe_shape(const Problem& p) {
 }
 
 namespace {
-
-std::string lowercase(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // A row's fwd + bwd time per sample (the two phases of one sample ran back to back) as a summary
 // compare's rule can judge; where the phases' sample counts differ, their medians' sum alone.
