@@ -26,9 +26,8 @@ std::string planned_peak(const Row& row) { return row.model ? format_bytes(row.m
 
 void print_table(std::ostream& out, const DryRun& dry_run, const std::vector<PlannedConfiguration>& plan,
                  size_t implementations, double total_seconds) {
-  out << fmt::format("dry run on {}: {} configuration{} x {} implementation{}{}; nothing is measured or written\n",
-                     dry_run.backend, plan.size(), plan.size() == 1 ? "" : "s", implementations,
-                     implementations == 1 ? "" : "s",
+  out << fmt::format("dry run on {}: {} x {}{}; nothing is measured or written\n", dry_run.backend,
+                     counted(int64_t(plan.size()), "configuration"), counted(int64_t(implementations), "implementation"),
                      dry_run.already_done > 0 ? fmt::format(" ({} already in --out)", dry_run.already_done) : "");
   size_t name_width = 4;
   for (const PlannedConfiguration& configuration : plan)
@@ -45,9 +44,9 @@ void print_table(std::ostream& out, const DryRun& dry_run, const std::vector<Pla
                          runs ? "run" : "skipped: " + row.reason);
     }
   }
-  out << fmt::format("{} row{} to run, {} skipped; modelled time {} (FLOP at {}'s nominal {:g} GFLOP/s under the "
+  out << fmt::format("{} to run, {} skipped; modelled time {} (FLOP at {}'s nominal {:g} GFLOP/s under the "
                      "stopping rule{}), the machine's own rate decides the rest\n",
-                     plan.size() * implementations - skipped, plan.size() * implementations - skipped == 1 ? "" : "s",
+                     counted(int64_t(plan.size() * implementations - skipped), "row"),
                      skipped, format_eta(total_seconds), dry_run.backend, dry_run.nominal_flop_rate / 1e9,
                      dry_run.rounds > 1 ? fmt::format(", {} rounds", dry_run.rounds) : "");
 }

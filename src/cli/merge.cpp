@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
-#include "flashbench/units.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/report.hpp"
 #include "flashbench/sweep_results.hpp"
+#include "flashbench/units.hpp"
 
 namespace flashbench::cli {
 

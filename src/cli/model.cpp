@@ -16,6 +16,7 @@
 #include "flashbench/model.hpp"
 #include "flashbench/report.hpp"
 #include "flashbench/sweep.hpp"
+#include "flashbench/units.hpp"
 
 namespace flashbench::cli {
 
@@ -199,7 +200,7 @@ int print_model(const ModelOptions& options) {
     add("  sent in forward", [](const VariantModel& m) { return format_bytes(m.ring.forward_sent_bytes); });
     add("  sent in backward", [](const VariantModel& m) { return format_bytes(m.ring.backward_sent_bytes); });
   }
-  lines.push_back({fmt::format("stack of {} layer{}", problem.layers, problem.layers == 1 ? "" : "s")});
+  lines.push_back({"stack of " + counted(problem.layers, "layer")});
   add("  peak", [](const VariantModel& m) { return format_bytes(m.stack.peak_bytes); });
   add("  peak phase", [](const VariantModel& m) { return std::string(to_string(m.stack.peak_phase)); });
   for (Tag tag : kAllTags)

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "flashbench/errors.hpp"
+#include "flashbench/units.hpp"
 
 namespace flashbench {
 
@@ -110,9 +111,9 @@ std::vector<std::string> timing_warnings(const TimingSummary& summary, std::stri
   std::vector<std::string> warnings;
   if (summary.count() == 0) return warnings;
   if (summary.noisy)
-    warnings.push_back(fmt::format("{} noise {:.2f}% above the {:.2f}% target after {} sample{}", phase,
-                                   100 * summary.median_noise, 100 * summary.noise_target, summary.count(),
-                                   summary.count() == 1 ? "" : "s"));
+    warnings.push_back(fmt::format("{} noise {:.2f}% above the {:.2f}% target after {}", phase,
+                                   100 * summary.median_noise, 100 * summary.noise_target,
+                                   counted(summary.count(), "sample")));
   if (summary.first_outlier)
     warnings.push_back(fmt::format("{} first sample {:.2f}x the median (cold start; more --warmup?)", phase,
                                    summary.samples_ms.front() / summary.median_ms));

@@ -405,8 +405,8 @@ struct Reference {
     Check check;
     const double zero_scale = scale();
     check.reference = plan.kind == ReferencePlan::Kind::sampled
-                          ? fmt::format("float64 ({} query and {} key rows of {} head{})", plan.query_rows.size(),
-                                        plan.key_rows.size(), plan.heads.size(), plan.heads.size() == 1 ? "" : "s")
+                          ? fmt::format("float64 ({} query and {} key rows of {})", plan.query_rows.size(),
+                                        plan.key_rows.size(), counted(int64_t(plan.heads.size()), "head"))
                           : "float64";
     auto compare = [&](const char* name, const std::vector<float>& mine, const std::vector<double>& exact,
                        std::optional<double> naive) {

@@ -1,7 +1,6 @@
 // Matching rows of two runs (or of one run against its `standard` rows), judging each time
 // difference with a Mann-Whitney U test over rounds or samples and the recorded load, and telling
 // apart runs that were not made alike.
-#include "flashbench/units.hpp"
 #include "flashbench/compare.hpp"
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include "flashbench/errors.hpp"
 #include "flashbench/json_integer.hpp"
 #include "flashbench/statistics.hpp"
+#include "flashbench/units.hpp"
 #include "reporters.hpp"
 
 namespace flashbench {

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "flashbench/errors.hpp"
+#include "flashbench/units.hpp"
 #include "reporters.hpp"
 
 namespace flashbench {
@@ -213,7 +214,7 @@ GroupTable tabulate_group(const std::vector<Row>& rows) {
   const Row& first = rows.front();
   table.title = fmt::format("{}: {}", first.backend, first.problem.describe());
   if (!first.device.empty()) table.title += ", " + first.device;
-  if (first.threads > 0) table.title += fmt::format(", {} thread{}", first.threads, first.threads == 1 ? "" : "s");
+  if (first.threads > 0) table.title += ", " + counted(first.threads, "thread");
   if (first.peak_gflops) table.title += fmt::format("; rate % of the {:.0f} GFLOP/s sgemm ceiling", *first.peak_gflops);
 
   table.headers = {"variant", "fwd", "bwd", "bwd/fwd", "fwd rate", "bwd rate", "kept", "peak",
