@@ -512,6 +512,21 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   for (const Problem& problem : to_run)
     step_weights.push_back(modelled_run_seconds(problem, int(chosen.size()), floor_policy, entry.nominal_flop_rate));
   TimeBudget budget(flags.time_budget_s, std::move(step_weights), flags.rounds);
+  // Configuration `index`'s rows, with the rounds it ran, to the reporter, and its block out now,
+  // not when the next one is done; the progress line off the screen first, so that no frozen
+  // "[k/n] ..." stays above the table.
+  const auto report_configuration = [&](size_t index) {
+    for (Row& row : configurations[index].finish(flags.rounds, spec.sampling.max_noise)) {
+      row.peak_gflops = sgemm_ceiling_gflops;
+      any_failed |= row.status == Status::failed;
+      reporter->add(row);
+      ++rows_written;
+    }
+    if (progress) progress->clear();
+    reporter->end_configuration();
+    destination.stream().flush();
+    finished = index + 1;
+  };
   const auto go_on = [&] { return !stop.received() && !budget.spent(); };
   // Round by round over the whole share, so that what changes on the machine during the run falls
   // on every configuration's rounds alike rather than on one configuration's.
@@ -550,35 +565,14 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
         const std::vector<Row> rows = timing_runner.run(problem, timed);
         for (size_t i = 0; i < order.size(); ++i) configuration.add(order[i], rows[i], round);
       }
-      if (round + 1 == flags.rounds) {
-        for (Row& row : configuration.finish(flags.rounds, spec.sampling.max_noise)) {
-          row.peak_gflops = sgemm_ceiling_gflops;
-          any_failed |= row.status == Status::failed;
-          reporter->add(row);
-          ++rows_written;
-        }
-        // The configuration's block now, not when the next one is done; the progress line off the
-        // screen first, so that no frozen "[k/n] ..." stays above the table.
-        if (progress) progress->clear();
-        reporter->end_configuration();
-        destination.stream().flush();
-        finished = index + 1;
-      }
+      if (round + 1 == flags.rounds) report_configuration(index);
     }
   }
   if (progress) progress->finish();
   if (budget.spent() && flags.rounds > 1)
     // The configurations that ran some rounds before the budget ran out: their rows with those rounds.
-    for (size_t index = finished; index < to_run.size() && !configurations[index].rows.empty(); ++index) {
-      for (Row& row : configurations[index].finish(flags.rounds, spec.sampling.max_noise)) {
-        row.peak_gflops = sgemm_ceiling_gflops;
-        any_failed |= row.status == Status::failed;
-        reporter->add(row);
-        ++rows_written;
-      }
-      reporter->end_configuration();
-      finished = index + 1;
-    }
+    for (size_t index = finished; index < to_run.size() && !configurations[index].rows.empty(); ++index)
+      report_configuration(index);
   if (stop.received() || budget.spent()) {
     nlohmann::ordered_json not_run = nlohmann::ordered_json::array();
     for (size_t index = finished; index < to_run.size(); ++index) not_run.push_back(to_run[index].describe());
