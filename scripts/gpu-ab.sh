@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two builds side by side on one GPU, the way a kernel change is judged here (docs/cuda-notes.md):
+# Two builds side by side on one GPU, the way a kernel change is judged here (docs/cuda-design.md, "How to measure"):
 # the candidate's correctness tests first (a candidate that fails them, or for which none ran, is not
 # timed), then the same `flashbench run` for each build, alternating so that drift (clocks,
 # temperature, the power cap) falls on both (baseline first in odd rounds, candidate first in even

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Nsight Compute's reading of one launch of a kernel in a flashbench run: where the warps stall, how
 # busy the tensor pipe and the issue slots are, the source-level counters. A kernel change starts
-# from here (docs/cuda-notes.md). ncu reads the counters only on machines whose runtime lets it; the
+# from here (docs/cuda-design.md, "How to measure"). ncu reads the counters only on machines whose runtime lets it; the
 # clocks are left as they are (--clock-control none), so the reading is of the GPU as it runs.
 #
 #   scripts/gpu-ncu.sh OUTPUT_DIR BUILD_DIR KERNEL_REGEX [flashbench run arguments...]

@@ -4,7 +4,7 @@
 reason's share of all the warp-state samples, then for the largest reasons the instructions that
 hold most of their samples (address, SASS, samples, share of all samples).
 
-That is how docs/cuda-notes.md attributes a stall: ncu's "barrier" stall in a Hopper kernel may be
+That is how docs/cuda-design.md attributes a stall: ncu's "barrier" stall in a Hopper kernel may be
 `WARPGROUP.DEPBAR` (a warpgroup waiting for its own matrix products) rather than a `BAR.SYNC`.
 
 Usage: python3 scripts/ncu_stalls.py SASS.csv[.gz] [--reasons 4] [--top 5]

@@ -4,7 +4,7 @@
 # products ("Potential Performance Loss: wgmma.mma_async instructions are serialized", under codes
 # such as C7511 for want of registers). ptxas prints that as an info line and succeeds, and -Werror
 # does not catch it, yet it costs a kernel much of its speed: every product then waits for the one
-# before it (docs/cuda-notes.md, rounds w12 and w13).
+# before it (docs/journal/w12.md and w13.md).
 #
 #   scripts/ptxas-guard.sh COMMAND [ARGS...]     (CMake: CUDA_COMPILER_LAUNCHER; FLASHBENCH_PTXAS_GUARD)
 #

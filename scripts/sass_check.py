@@ -1,4 +1,4 @@
-"""What the GPU really runs, from the machine code of a flashbench build (docs/cuda-notes.md reads it
+"""What the GPU really runs, from the machine code of a flashbench build (docs/cuda-design.md reads it
 after every kernel change): for each kernel, its instruction count, its warpgroup matrix products
 (HGMMA), its bulk tensor copies and reductions (UTMALDG, UTMAREDG) and its local-memory traffic
 (LDL, STL: registers spilled, or arrays the compiler could not keep in registers).

@@ -100,7 +100,7 @@ void register_device_cuda(Registry& registry) {
       .isa_help = nullptr,
       .isa_names = {},
       // For progress and --dry-run estimates only: an H200's bf16 attention runs at 150-600 TFLOP/s,
-      // by implementation and shape (docs/cuda-notes.md).
+      // by implementation and shape (docs/cuda-design.md).
       .nominal_flop_rate = 2e14,
   });
 }

@@ -660,7 +660,7 @@ void v2_backward(const LayerShape& s, const Tiling& t, const float* Q, const flo
   // BG/T. Splitting heads by column blocks (dK, dV) and then row blocks (dQ) balances perfectly but
   // recomputes S and dP for dQ: 7 tile products instead of 5. Take whole heads unless that balances
   // worse than 5/7, or leaves threads with no head at all: measured (N = 2048, d = 64,
-  // docs/perf-notes.md) the split costs only 1.1-1.2x there, and idle threads lose more than that (12
+  // docs/journal/cpu-bench-2026-11-29.md) the split costs only 1.1-1.2x there, and idle threads lose more than that (12
   // heads on 16 threads: split 848-969 GFLOP/s against whole heads 786-881; 24 heads: whole heads
   // 930-1032 against 831-897).
   const int threads = omp_get_max_threads();
