@@ -2,7 +2,7 @@
 # Builds flashbench with AddressSanitizer and UndefinedBehaviorSanitizer (any finding aborts) and
 # runs the unit tests and the command-line tests on it; CI runs it after scripts/test.sh. They run
 # small shapes, so the slower sanitized kernels stay within CI's time. Left to scripts/test.sh's
-# unsanitized run: the README examples (scaled commands, minutes), the runs that stop a sweep by a
+# unsanitized run: the README's and docs/usage.md's examples (scaled commands, minutes), the runs that stop a sweep by a
 # signal after a measured time and resume it, the harness defects at memory limits, and the tests
 # of the Python scripts and of Slurm (plots, GPU scripts, peers, daemons) and of the build's CUDA
 # decision and install step, which add no C++ path.

@@ -9,7 +9,7 @@
 3. A runtime failure in one implementation is a `failed` row with its reason, the sweep goes on,
    and the exit code is 1 (the old CUDA backend aborted the sweep).
 4. --cold flushes the caches on the CPU too and the rows say so (the old CPU backend ignored it).
-5. The README's deep-stack example passes its checks: every implementation against the float64
+5. The deep-stack example of docs/usage.md passes its checks: every implementation against the float64
    stack by the naive-precision bar (the old check against `standard` with a fixed 1e-4 failed).
 6. The CPU benchmark script never reconfigures the build the tests use: bench_scripts_test.py.
 
@@ -100,7 +100,7 @@ def main():
     code, rows, _ = run(binary, ["--seq", "256", "--heads", "2", "--variant", "v2", *quick])
     check(rows and rows[0]["cold"] is False, "4: without --cold the rows say warm")
 
-    # 5. The README's example, scaled to N = 1024, H = 2 (the defect showed there too): L = 4 and L = 8.
+    # 5. docs/usage.md's example, scaled to N = 1024, H = 2 (the defect showed there too): L = 4 and L = 8.
     for layers in ("4", "8"):
         code, rows, err = run(binary, ["--seq", "1024", "--heads", "2", "--variant", "v2,standard", "--threads", "1",
                                        "--layers", layers, "--mem-limit", "8GiB", *quick])

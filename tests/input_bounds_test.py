@@ -11,7 +11,7 @@
    on both sides are SLOWER and --fail-on-regression exits 3 (it was UNSURE, exit 0); a load on the
    slower side alone that could explain the change keeps it UNSURE; the same load on the faster
    side does not; compare --baseline standard on one loaded run calls a 1.5x slower backward SLOWER.
-   The README's recipe (run, change, run, compare) catches a 1.3x slowdown made on
+   docs/usage.md's recipe (run, change, run, compare) catches a 1.3x slowdown made on
    purpose (FLASHBENCH_INJECT_SLOWDOWN, the test hook that waits out the extra time).
 
 usage: input_bounds_test.py FLASHBENCH_BINARY SOURCE_DIR
@@ -221,7 +221,7 @@ def readme_recipe(binary, tmp):
         if gated.returncode == 3:
             break
     check(outcomes and outcomes[-1].startswith("exit 3"),
-          f"the README's recipe catches a 1.3x slowdown: exit 3 ({' / '.join(outcomes)})")
+          f"docs/usage.md's recipe catches a 1.3x slowdown: exit 3 ({' / '.join(outcomes)})")
 
 
 def main():

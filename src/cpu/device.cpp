@@ -312,7 +312,7 @@ void register_device_cpu(Registry& registry) {
         for (cpu::Isa isa : cpu::kAllIsas) names.emplace_back(cpu::isa_name(isa));
         return names;
       }(),
-      .nominal_flop_rate = 1e11,  // a 16-core AVX-512 server: 235 GFLOP/s fp32 (README's sweep), a laptop less
+      .nominal_flop_rate = 1e11,  // a 16-core AVX-512 server: 235 GFLOP/s fp32 (docs/cpu-results.md), a laptop less
   });
 }
 
