@@ -23,5 +23,5 @@ cmake --build "$build_dir" -j"$(nproc)"
 # without the sanitizer, not a sanitizer abort.
 export ASAN_OPTIONS=abort_on_error=1:detect_stack_use_after_return=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-scripts_and_long_runs='^py\.(readme_examples|shard_resume_merge|harness_defects|slurm|plot|bench_scripts|torch_grad|cuda_auto|install)_test$'
+scripts_and_long_runs='^py\.(readme_examples|time_estimate|shard_resume_merge|harness_defects|slurm|plot|bench_scripts|torch_grad|cuda_auto|install)_test$'
 ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" -E "${SANITIZE_EXCLUDE:-$scripts_and_long_runs}"

@@ -48,7 +48,7 @@ inline std::vector<Row> four_variant_rows() {
   const Problem p = small_problem();
   Row standard = timed_row(Variant::standard, p, 2.0, 4.0, 1'000'000, 524'288);
   standard.model = ModelledMemory{1'000'000, 524'288, standard.measured.by_tag, Phase::bwd};
-  standard.check = Check{"float64", 2.5e-7, 1e-4, std::nullopt, {}, ""};
+  standard.check = Check{"float64", 2.5e-7, 1e-4, std::nullopt, {}, "", std::nullopt};
   Row v1;
   v1.variant = Variant::v1;
   v1.problem = p;
@@ -57,9 +57,9 @@ inline std::vector<Row> four_variant_rows() {
   v1.threads = 4;
   Row v2 = timed_row(Variant::v2, p, 1.0, 3.0, 300'000, 66'048);
   v2.model = ModelledMemory{290'000, 66'048, v2.measured.by_tag, Phase::bwd};
-  v2.check = Check{"float64", 1.2e-6, 1e-4, std::nullopt, {{"O", 3e-7, 2e-7}, {"dQ", 1.2e-6, 4e-7}, {"dK", 5e-7, 3e-7}, {"dV", 4e-7, 3e-7}}, ""};
+  v2.check = Check{"float64", 1.2e-6, 1e-4, std::nullopt, {{"O", 3e-7, 2e-7}, {"dQ", 1.2e-6, 4e-7}, {"dK", 5e-7, 3e-7}, {"dV", 4e-7, 3e-7}}, "", std::nullopt};
   Row checkpoint = timed_row(Variant::checkpoint, p, 2.0, 8.0, 250'000, 0);
-  checkpoint.check = Check{"float64", 0.5, 1e-4, std::nullopt, {}, ""};
+  checkpoint.check = Check{"float64", 0.5, 1e-4, std::nullopt, {}, "", std::nullopt};
   return {standard, v1, v2, checkpoint};
 }
 

@@ -107,7 +107,12 @@ def dry_run_matches_run(binary, tmp):
     configurations = [l for l in lines if l.startswith("[")]
     skipped = [l for l in lines if "skipped: " in l]
     check(table.returncode == 0 and len(configurations) == 12 and len(skipped) == len(reasons)
-          and "modelled time" in lines[-1], f"the table: 12 configurations, {len(skipped)} skipped, a total")
+          and any("estimated time" in l for l in lines) and "modelled time" in lines[-1],
+          f"the table: 12 configurations, {len(skipped)} skipped, the estimated and the modelled total")
+    probe = plan["probe"]
+    check(probe is not None and probe["failed"] is None and "GFLOP/s" in probe["learned"]
+          and plan["estimated_seconds"] > 0 and any("learned in" in l for l in lines),
+          f"the estimate is learned from a probe: {probe}")
     # Nothing written: --out names a file the dry run must not create.
     never = tmp / "never.json"
     written = flashbench(binary, "run", "--seq", "64", "--dry-run", "--out", str(never), "--export-csv",
@@ -127,10 +132,12 @@ def progress(binary):
     check(forced.returncode == 0 and len(lines) == 4, f"--progress: a line per implementation ({len(lines)}): {lines}")
     percents = [float(l.split("] ")[1].split("%")[0]) for l in lines]
     check(percents == sorted(percents) and percents[0] == 0 and percents[-1] < 100, f"work done grows: {percents}")
-    check(all(" ETA " in l for l in lines[1:]) and " ETA " not in lines[0], "an ETA once something is done")
+    check(all(" ETA " in l for l in lines[2:]) and not any(" ETA " in l for l in lines[:2]),
+          "an ETA once a configuration has finished, learned from it; none before")
     check(["v2" in lines[0], "standard" in lines[1]] == [True, True], "names the implementation")
-    # N = 128 costs 4x N = 64 (FLOP grow as N^2 at one B): the second configuration starts at 1/5 of the work.
-    check(abs(percents[2] - 20) < 0.5, f"weighted by FLOP: the second configuration starts at {percents[2]}% (want 20)")
+    # Before anything finished, the share done is the modelled work's: N = 128 costs 4x N = 64 (FLOP grow
+    # as N^2 at one B), so the second implementation of the first configuration starts at 1/10 of it.
+    check(abs(percents[1] - 10) < 0.5, f"weighted by FLOP: the second row starts at {percents[1]}% (want 10)")
     quiet = flashbench(binary, *args)
     check(quiet.returncode == 0 and "progress" not in quiet.stderr and "\r" not in quiet.stderr,
           f"no progress into a pipe unasked: {quiet.stderr!r}")

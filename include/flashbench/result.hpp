@@ -68,6 +68,9 @@ struct Check {
   // What the check could not compare, and why (dK and dV where one K/V head's group is over the
   // budget); empty when every tensor was compared.
   std::string not_compared;
+  // How long the reference took to compute [s]: once per configuration, shared by its rows (what a
+  // dry run's estimate and the live ETA learn the check's cost from). Empty in files written before.
+  std::optional<double> reference_seconds;
   bool passed() const { return max_rel_err <= tolerance; }
 };
 

@@ -25,6 +25,7 @@
 #include "cli/dry_run.hpp"
 #include "cli/exports.hpp"
 #include "cli/progress.hpp"
+#include "cli/run_estimate.hpp"
 #include "flashbench/harness/plugins.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/input_file.hpp"
@@ -411,10 +412,9 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   for (const auto& implementation : implementations) chosen.push_back(implementation.get());
   if (flags.dry_run) {
     std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = spec.threads, .index = flags.device_index});
-    Runner planner(*device, options);
-    const DryRun dry_run{.backend = spec.backend, .nominal_flop_rate = entry.nominal_flop_rate,
-                         .sampling = spec.sampling, .rounds = flags.rounds, .already_done = share.size() - to_run.size()};
-    return print_dry_run(std::cout, flags.format, dry_run, planner, to_run, chosen);
+    const DryRun dry_run{.backend = spec.backend, .nominal_flop_rate = entry.nominal_flop_rate, .options = options,
+                         .rounds = flags.rounds, .already_done = share.size() - to_run.size()};
+    return print_dry_run(std::cout, flags.format, dry_run, *device, to_run, chosen);
   }
 
   // Read before this process loads the machine (the device, the ceilings).
@@ -488,10 +488,12 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   const bool terminal = isatty(STDERR_FILENO);
   std::optional<SweepProgress> progress;
   if (flags.progress || (terminal && to_run.size() * chosen.size() * size_t(flags.rounds) > 1)) {
-    std::vector<double> weights;
+    std::vector<SweepProgress::Configuration> sweep_configurations;
     for (const Problem& problem : to_run)
-      weights.push_back(modelled_run_seconds(problem, 1, spec.sampling, entry.nominal_flop_rate));
-    progress.emplace(stderr, terminal, std::move(weights), chosen.size(), flags.rounds);
+      sweep_configurations.push_back({problem, modelled_run_seconds(problem, 1, spec.sampling, entry.nominal_flop_rate),
+                                      runner.reference_flop(problem)});
+    progress.emplace(stderr, terminal, std::move(sweep_configurations), implementation_names, flags.rounds,
+                     RunEstimate(spec.sampling, entry.nominal_flop_rate));
   }
   // Which configuration and round the runners are on, and the implementations they were given.
   size_t current_index = 0;
@@ -545,6 +547,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
       if (round == 0) {
         current_list = chosen;
         configuration.add_first(runner.run(problem, chosen));
+        if (progress) progress->finished(index, round, configuration.rows);
         if (flags.trace)
           for (const Row& row : configuration.rows) {
             try {  // a trace lost is said, not worth the sweep's results
@@ -564,6 +567,7 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
         current_list = timed;
         const std::vector<Row> rows = timing_runner.run(problem, timed);
         for (size_t i = 0; i < order.size(); ++i) configuration.add(order[i], rows[i], round);
+        if (progress) progress->finished(index, round, rows);
       }
       if (round + 1 == flags.rounds) report_configuration(index);
     }
@@ -734,7 +738,8 @@ void register_run(CLI::App& app) {
                   "trace (.trace.json) and a PyTorch memory_viz snapshot (.snapshot.pickle), named by backend, implementation and shape, e.g. cpu-v2-B1-H8-N4096-d64-L1-fp32 (docs/trace.md)");
   sub->add_flag("--dry-run", flags->dry_run,
                 "Print each configuration, each implementation's modelled peak, which would be skipped and why, and "
-                "the modelled time; measure and write nothing (--format table or json)");
+                "the time it will take here, learned from a probe of a few seconds; write nothing (--format table "
+                "or json)");
   optional_string("--export-json", flags->exports.json, "Also write the rows as JSON to this file (atomically)");
   optional_string("--export-csv", flags->exports.csv, "Also write the rows as CSV to this file (atomically)");
   optional_string("--export-md", flags->exports.md, "Also write the rows as Markdown to this file (atomically)");

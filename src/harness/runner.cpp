@@ -42,6 +42,7 @@ struct ReferencePlan {
   std::string partial;             // what is not compared, and why (dK and dV of partial groups)
   int64_t working_bytes = 0;       // host memory while it is computed [bytes]
   int64_t kept_bytes = 0;          // host memory it and the captured outputs hold afterwards [bytes]
+  double flop = 0;                 // the work of one reference computation on the plan's heads [FLOP]
   bool groups_whole() const { return !kv_heads.empty(); }
 };
 
@@ -95,6 +96,9 @@ ReferencePlan plan_reference(const Problem& p, const RunOptions& options) {
     const int64_t heads = int64_t(plan.heads.size());
     // Host copies of the heads' inputs (Q, dO and K, V per head or per group) in double.
     const int64_t inputs = (2 * heads * N * d + 2 * heads * Nk * d) * 8;
+    plan.flop = kind == ReferencePlan::Kind::whole
+                    ? reference_layer_flop(p, heads)
+                    : reference_sampled_flop(p, heads, kSampledRows + 1, kSampledRows + 1);
     if (kind == ReferencePlan::Kind::whole) {
       // Inputs; P and dS of one head and its dK, dV; the exact and the emulated results; the captured
       // outputs (float).
@@ -394,6 +398,7 @@ struct Reference {
   // The naive computation's error against each of them (dK, dV: empty where the plan compares fewer).
   std::optional<double> naive_O, naive_dQ, naive_dK, naive_dV;
   double max_abs_score = 0;
+  double seconds = 0;  // the time it took, from its inputs to its results [s]
   // The scale a tensor that is zero throughout is judged against (dK, dV counted where compared).
   double scale() const { return layer_scale(O, dQ, dK, dV); }
 
@@ -524,6 +529,7 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
     return std::nullopt;
   }
   try {
+    const auto began = std::chrono::steady_clock::now();
     MemoryLedger ledger(s.limit.value_or(MemoryLedger::kUnlimited));
     std::unique_ptr<MemorySpace> space = device.open_space(ledger);
     const LayerInputSet inputs(device, *space, problem, s.seed, 0, 0, s.input_scale);
@@ -569,6 +575,7 @@ std::optional<Reference> make_reference(Device& device, const Problem& problem, 
       keep(reference_sampled(shape, Q, K, V, dO, plan.query_rows, plan.key_rows),
            reference_sampled(shape, Q, K, V, dO, plan.query_rows, plan.key_rows, problem.dtype));
     }
+    ref.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     return ref;
   } catch (const OutOfMemory& e) {
     why_not = fmt::format("no memory for the reference's inputs: {}", e.what());
@@ -760,6 +767,7 @@ Measurement::Measurement(Device& device, const RunOptions& options, const Proble
   if (reference) {
     row.check = reference->judge(problem, captured);
     row.check->not_compared = reference->plan.partial;
+    row.check->reference_seconds = reference->seconds;
   }
 }
 
@@ -844,6 +852,8 @@ std::vector<Row> Runner::plan(const Problem& problem, std::span<Implementation* 
   validate(problem);
   return preflight(device_, options_, problem, implementations, settle(device_, options_, problem));
 }
+
+double Runner::reference_flop(const Problem& problem) const { return plan_reference(problem, options_).flop; }
 
 std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* const> implementations) {
   validate(problem);

@@ -274,6 +274,7 @@ ordered_json row_to_json(const Row& row) {
       check["tensors"] = std::move(tensors);
     }
     if (!row.check->not_compared.empty()) check["not_compared"] = row.check->not_compared;
+    if (row.check->reference_seconds) check["reference_seconds"] = *row.check->reference_seconds;
     j["check"] = std::move(check);
   } else {
     j["check"] = nullptr;
@@ -385,6 +386,8 @@ Row row_from_json(const json& j) {
     }
     if (c.contains("not_compared") && c.at("not_compared").is_string())
       check.not_compared = c.at("not_compared").get<std::string>();
+    if (c.contains("reference_seconds") && c.at("reference_seconds").is_number())
+      check.reference_seconds = c.at("reference_seconds").get<double>();
     row.check = check;
   }
   if (j.contains("reproducibility") && j.at("reproducibility").is_object()) {

@@ -54,6 +54,11 @@ class Runner {
   // does not fit, `ok` where it would be measured (`run --dry-run`).
   std::vector<Row> plan(const Problem& problem, std::span<Implementation* const> implementations);
 
+  // The work of the float64 reference run() computes for `problem` (whole heads, or sampled rows of
+  // them; 0 where it checks nothing): with a measured Check::reference_seconds, what the check of
+  // another problem will cost [FLOP].
+  double reference_flop(const Problem& problem) const;
+
   // Called by run() as it starts measuring implementation k of the list it was given (progress).
   using StartObserver = std::function<void(const Problem& problem, size_t k)>;
   void on_start(StartObserver observer) { on_start_ = std::move(observer); }
