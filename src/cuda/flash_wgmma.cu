@@ -38,6 +38,14 @@
 #include "flash_internal.hpp"
 #include "flash_layer.cuh"
 #include "hopper.cuh"
+#include "hopper/accumulators.cuh"
+#include "hopper/barriers.cuh"
+#include "hopper/dropout.cuh"
+#include "hopper/epilogues.cuh"
+#include "hopper/forward_mainloop.cuh"
+#include "hopper/plans.cuh"
+#include "hopper/query_walk.cuh"
+#include "hopper/stage_ring.cuh"
 #include "tensor_map.hpp"
 
 namespace flashbench::cuda {
@@ -46,638 +54,33 @@ namespace {
 
 using namespace hopper;
 
-constexpr int kWarpgroupThreads = 128;
-
-// The k-steps (16 columns each) of a product over the head dim that hold data: a head dim kDim < D
-// arrives zero-padded to the tile's D columns (d = 96 in 128), and the steps past kDim would add
-// only zeros (at d = 96 a quarter of Sᵀ's and dPᵀ's tensor work and shared-memory reads).
-template <int kDim>
-constexpr int kDepthSteps = (kDim + 15) / 16;
-static_assert(kDepthSteps<96> * 16 == 96 && kDepthSteps<64> * 16 == 64, "head dims of whole k-steps");
-
-// Accumulator columns 16kk..16kk+15 (registers 8kk..8kk+7) as the A fragment of k-step kk.
-template <class T, int kCount>
-__device__ __forceinline__ void as_a_fragment(uint32_t (&a)[4], const float (&d)[kCount], int kk) {
-  a[0] = pack2<T>(d[8 * kk + 0], d[8 * kk + 1]);
-  a[1] = pack2<T>(d[8 * kk + 2], d[8 * kk + 3]);
-  a[2] = pack2<T>(d[8 * kk + 4], d[8 * kk + 5]);
-  a[3] = pack2<T>(d[8 * kk + 6], d[8 * kk + 7]);
-}
-
-// 2^x by the special-function unit alone (ex2.approx.ftz: relative error ~2⁻²², far below the
-// 16-bit storage's 2⁻⁸..2⁻¹¹; tiny results flush to zero, as P's do after rounding anyway).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Dropout keep flags of kRows query rows × kKeys consecutive keys into keep [kRows][kLd] (1 = kept),
-// drawn by the kThreads threads of a block, one Philox block (four consecutive elements of a row) per
-// work item: a row whose first element is not 4-aligned spans kKeys/4 + 1 blocks. Row r's first
-// element in the layer's [BH, N, N_k] weights is first_element + r·N_k.
-template <int kRows, int kKeys, int kLd, int kThreads>
-__device__ __forceinline__ void draw_keep_flags(const philox::DropoutMask& dropout, uint64_t first_element,
-                                                int64_t seq_k, unsigned char* keep, int thread) {
-  constexpr int kBlocksPerRow = kKeys / 4 + 1;
-  for (int item = thread; item < kRows * kBlocksPerRow; item += kThreads) {
-    const int row = item / kBlocksPerRow, block = item % kBlocksPerRow;
-    const uint64_t first = first_element + uint64_t(row) * uint64_t(seq_k);
-    const uint64_t block_start = (first / 4 + uint64_t(block)) * 4;
-    if (block_start >= first + kKeys) continue;  // an aligned row needs kKeys/4 blocks, not one more
-    const philox::Block words = dropout.block(block_start);
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const int64_t key = int64_t(block_start + w) - int64_t(first);
-      if (key >= 0 && key < kKeys) keep[row * kLd + key] = philox_word(words, w) >= dropout.threshold ? 1 : 0;
-    }
-  }
-}
-
-// Dropout keep flags of 64 query rows × 64 consecutive keys as bits: bit k % 32 of bits[2·row + k/32]
-// is set where key k is kept. By 128 threads, one word each (its 32 keys span 8 or 9 Philox blocks
-// of four consecutive elements), so no two threads write one word. Row r's first element in the
-// layer's [BH, N, N_k] weights is first_element + r·N_k.
-__device__ __forceinline__ void draw_keep_bits(const philox::DropoutMask& dropout, uint64_t first_element,
-                                               int64_t seq_k, uint32_t* bits, int thread) {
-  const int row = thread / 2, half = thread % 2;
-  const uint64_t first = first_element + uint64_t(row) * uint64_t(seq_k) + 32 * half;
-  uint32_t word = 0;
-  for (uint64_t block_start = first / 4 * 4; block_start < first + 32; block_start += 4) {
-    const philox::Block words = dropout.block(block_start);
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const int64_t key = int64_t(block_start + w) - int64_t(first);
-      if (key >= 0 && key < 32 && philox_word(words, w) >= dropout.threshold) word |= 1u << key;
-    }
-  }
-  bits[thread] = word;
-}
-
-// Barrier of the 128 threads of one warpgroup (ids 1 and 2; 0 is __syncthreads): blocks of two
-// warpgroups only.
-__device__ __forceinline__ void warpgroup_barrier(int warpgroup) {
-  if (warpgroup == 0)
-    asm volatile("bar.sync 1, %0;\n" ::"n"(kWarpgroupThreads) : "memory");
-  else
-    asm volatile("bar.sync 2, %0;\n" ::"n"(kWarpgroupThreads) : "memory");
-}
-
-// Named barrier kId of kThreads threads: sync waits for all of them, arrive counts this thread in
-// and goes on (a producer's hand-over: its stores before the arrive are seen after the consumers'
-// sync). Warp-uniform, as bar.sync is.
-template <int kId, int kThreads>
-__device__ __forceinline__ void named_barrier_sync() {
-  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
-}
-template <int kId, int kThreads>
-__device__ __forceinline__ void named_barrier_arrive() {
-  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
-}
-// The same with the id chosen at run time (warp-uniform).
-template <int kThreads>
-__device__ __forceinline__ void named_barrier_sync(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
-}
-template <int kThreads>
-__device__ __forceinline__ void named_barrier_arrive(int id) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
-}
-
-// A ring of kStages tile buffers that the copy engine fills: stage s completes on the mbarrier at
-// full + 8s, and released + 4s counts the block's warps done with it. Tile i goes to stage
-// i % kStages, and the warp that counts last refills the stage with tile i + kStages. The counts of
-// consecutive uses never mix: a warp counts a stage's next use only after waiting for the tile that
-// the last count of this use issued.
-template <int kStages, int kWarps>
-struct StageRing {
-  uint32_t full;
-  uint32_t released;
-  int stage = 0;
-  uint32_t phase = 0;  // of the current stage's mbarrier in its current use
-
-  __device__ __forceinline__ uint32_t barrier(int s) const { return full + 8 * s; }
-  // By one thread, before the block barrier that publishes them: each stage's mbarrier counting
-  // `arrivals` a phase, its count of warps 0.
-  __device__ __forceinline__ void init(unsigned char* shared_raw, uint32_t arrivals) const {
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(barrier(s), arrivals);
-      *reinterpret_cast<uint32_t*>(shared_raw + (released + 4 * s - shared_address(shared_raw))) = 0;
-    }
-  }
-  // The current stage's tile is in shared memory.
-  __device__ __forceinline__ void wait() const { mbarrier_wait(barrier(stage), phase); }
-  // By lane 0 of a warp done with the current stage: true for the last of the block's kWarps.
-  __device__ __forceinline__ bool count_done() const {
-    return count_in(released + 4 * stage) % kWarps == kWarps - 1;
-  }
-  __device__ __forceinline__ void advance() {
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
-  }
-};
-
-// The dynamic shared memory, from its first 1024-byte boundary (the swizzle pattern's period).
-__device__ __forceinline__ uint32_t aligned_shared_base(const unsigned char* raw) {
-  return (shared_address(raw) + 1023u) & ~1023u;
-}
-__device__ __forceinline__ unsigned char* generic_at(unsigned char* raw, uint32_t address) {
-  return raw + (address - shared_address(raw));
-}
-
-// ---- forward ---------------------------------------------------------------------------------------
-
-// o [64 rows × D] += a (k-step kk of the A operand, registers) · V's rows 16kk..16kk+15, all D
-// columns, V MN-major from the descriptor of its column 0. One wgmma up to D = 128; beyond, the
-// accumulator's column chunks of 128 (registers 64c..64c+63) and the rest each take their own
-// product, reading V from the panel where the chunk's columns start.
-template <class T, int D, class Tile>
-__device__ __forceinline__ void add_product_by_column_chunks(float (&o)[D / 2], const uint32_t (&a)[4],
-                                                             uint64_t v_desc, int kk) {
-  if constexpr (D <= 128) {
-    Wgmma<T, D>::template rs<1>(o, a, advance(v_desc, mn_major_step<Tile>(kk)), 1);
-  } else {
-    static_assert(D == 192 || D == 256, "head dims past 128: 192 or 256");
-    Wgmma<T, 128>::template rs<1>(*reinterpret_cast<float(*)[64]>(&o[0]), a,
-                                  advance(v_desc, mn_major_step<Tile>(kk)), 1);
-    Wgmma<T, D - 128>::template rs<1>(*reinterpret_cast<float(*)[(D - 128) / 2]>(&o[64]), a,
-                                      advance(v_desc, 2 * Tile::kPanelBytes + mn_major_step<Tile>(kk)), 1);
-  }
-}
-
-// Warpgroups of 64 query rows a forward block: three where they fit, at d = 64 without dropout,
-// where 168 registers a thread (384 threads on an SM's 64K) hold O and a 128-key S, and each K/V
-// tile then serves 192 queries instead of 128; else two. Three at every N, causal or not: two had
-// split the causal triangle more evenly below N = 2K while every warpgroup computed all of its
-// block's tiles; since each computes only those its rows see (round w12), three took 0.89× the
-// time of two at N = 512 and 0.94× at 1K, causal.
-template <int D, bool kDropout>
-constexpr int kForwardWarpgroups = D == 64 && !kDropout ? 3 : 2;
-
-template <int D, bool kDropout>
-struct ForwardPlan {
-  static constexpr int kWarpgroups = kForwardWarpgroups<D, kDropout>;
-  static constexpr int kRowsPerWarpgroup = 64;
-  static constexpr int kQueries = kWarpgroups * kRowsPerWarpgroup;  // per block
-  // Keys per K/V tile, the most that two stages of K and V fit beside Q without dropout (fewer tiles
-  // share the per-tile costs): 192 in 128-wide tiles (d = 128, and 96 padded to 128), 112 at
-  // d = 192, 80 at d = 256 (where O takes D/2 = 128 registers a thread). With dropout the keep flags
-  // need room too: 128, and 64 past d = 128.
-  static constexpr int kKeys = kDropout ? (D > 128 ? 64 : 128) : D == 128 ? 192 : D == 192 ? 112 : D == 256 ? 80 : 128;
-  static constexpr int kThreads = kWarpgroups * kWarpgroupThreads;
-  static constexpr int kWarps = kThreads / 32;
-  static constexpr int kStages = 2;     // K/V tiles in flight
-  // Each warpgroup's softmax of a tile under the tensor cores' product of the last one (the kernel's
-  // comment), except at d = 64 (where it measured 0.98–1.06× the time of the loop in turn, round
-  // w10) and with dropout (1.02–1.07×).
-  static constexpr bool kOverlapSoftmax = D != 64 && !kDropout;
-  using QTile = SwizzledTile<kQueries, D>;
-  using KVTile = SwizzledTile<kKeys, D>;
-  // Q; K and V, a buffer each per stage; Q's mbarrier and the rings (one holding K and V in turn, or
-  // two when overlapped, K's and V's), each an mbarrier and a count of the warps done with it a
-  // stage; slack to reach the first 1024-byte boundary.
-  static constexpr int kRingBytes = (8 + 4) * kStages;
-  static_assert(kStages % 2 == 0, "the second ring's mbarriers at 8 + kRingBytes stay 8-byte aligned");
-  static constexpr int kBarrierBytes = 8 + (kOverlapSoftmax ? 2 : 1) * kRingBytes;
-  static constexpr int kSharedBytes = QTile::kBytes + 2 * kStages * KVTile::kBytes + kBarrierBytes + 1024;
-  // With dropout, each warpgroup's keep flags of a tile [64 queries][kKeys keys], a byte each, two
-  // buffers, rows padded by 4 bytes.
-  static constexpr int kMaskLd = kKeys + 4;
-  static constexpr int kMaskBytes = kWarpgroups * 2 * kRowsPerWarpgroup * kMaskLd;
-  static_assert(kSharedBytes + (kDropout ? kMaskBytes : 0) <= 227 * 1024,
-                "an H100/H200 block has at most 227 KiB of shared memory");
-};
-
-// What the kernels need of a layer beyond its tensors (kernels.hpp's LayerShape, in kernel arguments).
-// 64-bit rows, where the mma.sync and SIMT kernels' LayerExtents (flash_layer.cuh) has 32-bit ones:
-// the 32-bit version changed these kernels' registers, and its speed is not measured yet.
-struct Extents {
-  int64_t seq;       // N query rows
-  int64_t seq_k;     // N_k key rows
-  int group_size;    // r: query head h reads K/V head h / r
-  bool causal;       // bottom-right: query i sees keys j ≤ i + seq_k − seq
-  static Extents of(const LayerShape& shape) {
-    return {shape.seq, shape.seq_k, int(shape.group_size), shape.causal};
-  }
-};
-
 // grid (ceil(N/Plan::kQueries), BH), Plan::kThreads threads; Q, O: [BH, N, kDim]; K, V: [BG, N_k, kDim]
-// (q_map, k_map, v_map: their tensor maps, boxes of Plan::kQueries and Plan::kKeys rows); lse: [BH, N] (natural log, +∞ for
-// a row that sees no key). The tiles are D wide: a head dim kDim < D arrives zero-padded (d = 96 in 128), which
-// changes no product (S's k-steps stop at kDim). kDropout: O = P̃·V with the mask of `dropout`.
-//
-// The warpgroups share K/V tiles but nothing else, so no block barrier orders them: tile j arrives
-// on the mbarrier of stage j % kStages of a ring (issued by one thread, the copy engine moves it),
-// and the last of the block's warps to finish with a stage issues the tile kStages further on into
-// it. Each warpgroup's loop over the tiles takes one of two forms (Plan::kOverlapSoftmax):
-//   in turn (d = 64, dropout): S_j = Q·K_jᵀ, wait, softmax, O = α_j·O + P_j·V_j, wait; one ring
-//     holds K_j and V_j, released together;
-//   overlapped (else): the softmax of tile j while the tensor cores run the product of tile j − 1,
-//       issue S_j;  O ·= α_{j−1};  issue O += P_{j−1}·V_{j−1};
-//       wait for S_j;  softmax of S_j (its max, α_j, P_j);  wait for O;  P_j to 16 bits,
-//     so P_{j−1} (16-bit A fragments) and S_j live at once (kKeys/4 + kKeys/2 registers a thread).
-//     K_j is done with a product before V_j, so K and V come in rings of their own (k_ring, v_ring),
-//     each refilled as soon as its tile is free.
+// (q_map, k_map, v_map: their tensor maps, boxes of Plan::kQueries and Plan::kKeys rows); lse: [BH, N]
+// (natural log, +∞ for a row that sees no key). The tiles are D wide: a head dim kDim < D arrives
+// zero-padded (d = 96 in 128), which changes no product (S's k-steps stop at kDim). kDropout:
+// O = P̃·V with the mask of `dropout`. Each warpgroup owns 64 query rows and walks the K/V tiles they
+// see (ForwardMainloop).
 template <class T, int D, int kDim, bool kDropout>
 __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, T* __restrict__ O, float* __restrict__ lse,
                    Extents extents, float scale_log2, philox::DropoutMask dropout) {
-  using Plan = ForwardPlan<D, kDropout>;
-  using QTile = typename Plan::QTile;
-  using KVTile = typename Plan::KVTile;
-  using Ring = StageRing<Plan::kStages, Plan::kWarps>;
-  static_assert(!kDropout || Plan::kWarpgroups == 2, "the keep flags' warpgroup_barrier has ids for two warpgroups");
-  extern __shared__ unsigned char shared_raw[];
-  const uint32_t sQ = aligned_shared_base(shared_raw);
-  const uint32_t sK = sQ + QTile::kBytes;                 // [kStages] K tiles
-  const uint32_t sV = sK + Plan::kStages * KVTile::kBytes;  // [kStages] V tiles
-  const uint32_t q_full = sV + Plan::kStages * KVTile::kBytes;
-  Ring k_ring{q_full + 8, q_full + 8 + 8 * Plan::kStages};  // K, or K and V in turn
-  Ring v_ring{q_full + 8 + Plan::kRingBytes, q_full + 8 + Plan::kRingBytes + 8 * Plan::kStages};  // V, overlapped
-  unsigned char* keep_tiles = generic_at(shared_raw, q_full + Plan::kBarrierBytes);  // kDropout: [wg][2][64][kMaskLd]
-
-  // Causal query blocks further down see more keys: launch those first so short ones fill the tail.
-  const int64_t seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
-  const bool causal = extents.causal;
-  const int64_t head = blockIdx.y, q0 = int64_t(gridDim.x - 1 - blockIdx.x) * Plan::kQueries;
-  const int64_t offset = head * seq * kDim, kv_head = head / extents.group_size;
-  // The warpgroup through a shuffle from lane 0: the compiler then knows it is the same across the
-  // warp, so what depends on it (this warpgroup's tile count, the loops' bounds and branches) stays
-  // warp-uniform, in uniform registers, as the products' descriptors need.
-  const int thread = threadIdx.x, warpgroup = __shfl_sync(0xffffffffu, thread / kWarpgroupThreads, 0);
-  const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
-  const int64_t first_row = q0 + warpgroup * Plan::kRowsPerWarpgroup;
-  const int64_t row[2] = {first_row + warp * 16 + g, first_row + warp * 16 + g + 8};
-
-  // The key tiles rows [first, first + rows) see: up to the last row's last key (the last row of the
-  // problem for rows past N); none for rows all past N, or for rows above a bottom-right diagonal
-  // that starts below them (their O stays 0).
-  auto last_key_seen = [&](int64_t first, int64_t rows) {
-    return first >= seq ? -1 : causal ? min(min(first + rows - 1, seq - 1) + shift, seq_k - 1) : seq_k - 1;
-  };
-  auto tiles_seen = [&](int64_t first, int64_t rows) {
-    const int64_t last_key = last_key_seen(first, rows);
-    return last_key < 0 ? 0 : int(last_key / Plan::kKeys) + 1;
-  };
-  // The block's tiles, and those of this warpgroup's rows: fewer where causal rows above the block's
-  // last stop short of its last tile (the warpgroups of 192-query blocks at d = 64 had computed 1.11×
-  // the tiles their rows see at N = 2K, 1.09× at 4K). The block's last rows see every tile, so each
-  // tile still has a warpgroup that computes it.
-  const int key_tiles = tiles_seen(q0, Plan::kQueries);
-  const int own_tiles = tiles_seen(first_row, Plan::kRowsPerWarpgroup);
-  // The warpgroup's last tile holds keys none of its rows see where it ends past N_k or past the
-  // causal diagonal. In the overlapped loop its O += P·V then runs over the narrowest width, 64 or
-  // 128 keys, that holds the keys its rows see: `last_width` (kKeys where nothing narrower does);
-  // past it P is 0. (Narrowing the S products too, or the in-turn loop's, made ptxas serialize
-  // the products (C7511) or spill at d = 96 and 128, and the d = 64 forward 1.06–1.14× slower.)
-  const int keys_in_last_tile =
-      own_tiles > 0 ? int(last_key_seen(first_row, Plan::kRowsPerWarpgroup) - int64_t(own_tiles - 1) * Plan::kKeys) + 1 : 0;
-  const int last_width = keys_in_last_tile <= 64 && Plan::kKeys > 64     ? 64
-                         : keys_in_last_tile <= 128 && Plan::kKeys > 128 ? 128
-                                                                         : Plan::kKeys;
-
-  // By one thread: V_j into stage `stage`, completing on mbarrier `full`.
-  auto load_value_tile = [&](int j, int stage, uint32_t full) {
-    tma_load_tile<KVTile>(sV + stage * KVTile::kBytes, v_map, int64_t(j) * Plan::kKeys, kv_head, full);
-  };
-  // By one thread: tile j into stage `stage` of k_ring (K_j, and V_j where one ring holds both), or
-  // of v_ring (V_j).
-  auto fetch_key_tile = [&](int j, int stage) {
-    const uint32_t full = k_ring.barrier(stage);
-    mbarrier_arrive_expect_bytes(full, (Plan::kOverlapSoftmax ? 1 : 2) * KVTile::kBytes);
-    tma_load_tile<KVTile>(sK + stage * KVTile::kBytes, k_map, int64_t(j) * Plan::kKeys, kv_head, full);
-    if constexpr (!Plan::kOverlapSoftmax) load_value_tile(j, stage, full);
-  };
-  auto fetch_value_tile = [&](int j, int stage) {
-    const uint32_t full = v_ring.barrier(stage);
-    mbarrier_arrive_expect_bytes(full, KVTile::kBytes);
-    load_value_tile(j, stage, full);
-  };
-  // This warp is done with tile j of `ring` (its lane 0 counts it); the last of the block's warps
-  // refills the stage with tile j + kStages, by fetch(tile, stage). Then the ring moves on.
-  auto release = [&](Ring& ring, int j, const auto& fetch) {
-    if (lane == 0 && ring.count_done() && j + Plan::kStages < key_tiles) fetch(j + Plan::kStages, ring.stage);
-    ring.advance();
-  };
-  auto release_keys = [&](int j) { release(k_ring, j, fetch_key_tile); };  // K_j (and V_j in turn)
-  auto release_values = [&](int j) { release(v_ring, j, fetch_value_tile); };
-  if (thread == 0) {
-    mbarrier_init(q_full, 1);
-    k_ring.init(shared_raw, 1);
-    if constexpr (Plan::kOverlapSoftmax) v_ring.init(shared_raw, 1);
-    fence_mbarrier_init();
-  }
-  __syncthreads();  // the barriers exist before anyone waits on them or the copy engine completes on them
-  if (thread == 0 && key_tiles > 0) {
-    mbarrier_arrive_expect_bytes(q_full, QTile::kBytes);
-    tma_load_tile<QTile>(sQ, q_map, q0, head, q_full);
-    for (int j = 0; j < Plan::kStages && j < key_tiles; ++j) {
-      fetch_key_tile(j, j);
-      if constexpr (Plan::kOverlapSoftmax) fetch_value_tile(j, j);
-    }
-  }
-
-  // Dropout: this warpgroup's keep flags of key tile `j` for its 64 queries, into flag buffer j % 2,
-  // drawn by its 128 threads; a warpgroup barrier at the top of each tile orders the draws before
-  // the reads and the last tile's reads before the next draws.
-  constexpr int kRows = Plan::kRowsPerWarpgroup;
-  unsigned char* keep_here = keep_tiles + warpgroup * 2 * kRows * Plan::kMaskLd;
-  auto draw_tile_flags = [&](int j) {
-    draw_keep_flags<kRows, Plan::kKeys, Plan::kMaskLd, kWarpgroupThreads>(
-        dropout, uint64_t((head * seq + q0 + warpgroup * kRows) * seq_k + int64_t(j) * Plan::kKeys), seq_k,
-        keep_here + (j & 1) * kRows * Plan::kMaskLd, thread % kWarpgroupThreads);
-  };
-  if constexpr (kDropout) {
-    if (own_tiles > 0) draw_tile_flags(0);
-  }
-  if (own_tiles > 0) mbarrier_wait(q_full, 0);
-
-  // S_j = Q·K_jᵀ [64 rows × kKeys keys] over the k-steps of the head dim that hold data, issued as
-  // one commit group.
-  auto issue_scores = [&](float (&s)[Plan::kKeys / 2]) {
-    const uint64_t q_desc = opaque(k_major_base<QTile>(sQ, warpgroup * 64));
-    const uint64_t k_desc = k_major_base<KVTile>(sK + k_ring.stage * KVTile::kBytes, 0);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kDepthSteps<kDim>; ++kk)
-      Wgmma<T, Plan::kKeys>::template ss<0, 0>(s, advance(q_desc, k_major_step<QTile>(kk)),
-                                                advance(k_desc, k_major_step<KVTile>(kk)), kk > 0);
-    wgmma_commit();
-  };
-  // The product's width as a compile-time constant (std::integral_constant; chosen at run time
-  // inside the product, the branches made ptxas serialize the products): with_width(width, f)
-  // calls f with 64, 128 or kKeys as such a constant.
-  using FullWidth = std::integral_constant<int, Plan::kKeys>;
-  auto with_width = [&](int width, const auto& f) {
-    if (Plan::kKeys > 64 && width == 64)
-      f(std::integral_constant<int, 64>{});
-    else if (Plan::kKeys > 128 && width == 128)
-      f(std::integral_constant<int, (Plan::kKeys > 128 ? 128 : 64)>{});
-    else
-      f(FullWidth{});
-  };
-  // O += P·V over the width's keys, P from registers (16-bit A fragments), V [keys × D] read
-  // MN-major, one commit group.
-  // V's descriptor: of the current stage of v_ring, or of k_ring where one ring holds K and V.
-  auto values_desc = [&] {
-    return mn_major_base<KVTile>(sV + (Plan::kOverlapSoftmax ? v_ring.stage : k_ring.stage) * KVTile::kBytes, 0);
-  };
-  auto issue_values = [&](float (&o)[D / 2], const uint32_t (&p)[Plan::kKeys / 16][4], uint64_t v_desc, auto width) {
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < decltype(width)::value / 16; ++kk) add_product_by_column_chunks<T, D, KVTile>(o, p[kk], v_desc, kk);
-    wgmma_commit();
-  };
-
+  using Mainloop = ForwardMainloop<T, D, kDim, kDropout>;
+  int64_t row[2];  // this thread's query rows
+  Mainloop mainloop(q_map, k_map, v_map, extents, scale_log2, dropout, row);
+  mainloop.start();
+  // The loop's state lives in arrays of the kernel, passed down by reference, declared in this order:
+  // the order of the compiler's registers follows it, and ptxas's schedule follows that.
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // running max [log2 units], partial sums
-  // The online softmax of tile j's scores s: masked scores (past N_k, or right of the diagonal) to 0,
-  // the others to exp2(s·scale_log2 − m) with m the running max, l updated; sets alpha to α, the
-  // factor that takes O from the old max to the new one. The test is skipped on interior tiles, where
-  // every key exists and every row of the warpgroup sees every key. The scores stay unscaled: the
-  // scale (> 0) goes into the maximum once and into each exponent's FMA.
-  auto softmax_tile = [&](float (&s)[Plan::kKeys / 2], int j, float (&alpha)[2]) {
-    const int64_t k0 = int64_t(j) * Plan::kKeys;
-    const bool interior = k0 + Plan::kKeys <= seq_k && (!causal || k0 + Plan::kKeys - 1 <= first_row + shift);
-    float tile_max[2] = {-INFINITY, -INFINITY};
-    if (!interior) {
-      const int keys_left = int(min(seq_k - k0, int64_t(Plan::kKeys)));
-      // The last visible local key of each row (causal), clamped into int range.
-      const int diagonal[2] = {int(max(min(row[0] + shift - k0, int64_t(Plan::kKeys)), int64_t(-1))),
-                               int(max(min(row[1] + shift - k0, int64_t(Plan::kKeys)), int64_t(-1)))};
-#pragma unroll
-      for (int c = 0; c < Plan::kKeys / 8; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int local_key = 8 * c + 2 * t + (e & 1);
-          const bool visible = local_key < keys_left && (!causal || local_key <= diagonal[e / 2]);
-          if (!visible) s[4 * c + e] = -INFINITY;
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < Plan::kKeys / 8; ++c)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[4 * c + e]);
-    float shift_by[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-      const float new_max = fmaxf(m[h], tile_max[h] * scale_log2);  // log2 units
-      shift_by[h] = new_max == -INFINITY ? 0.0f : new_max;  // a row with nothing visible yet stays at 0
-      alpha[h] = exp2f(m[h] - shift_by[h]);
-      m[h] = new_max;
-    }
-    float tile_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int c = 0; c < Plan::kKeys / 8; ++c)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[4 * c + e] = fast_exp2(fmaf(s[4 * c + e], scale_log2, -shift_by[e / 2]));
-        tile_sum[e / 2] += s[4 * c + e];
-      }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + tile_sum[h];
-    // Dropout after the normaliser: l sums the undropped weights, O the dropped ones. P keeps its
-    // value or becomes 0 here (P·Z, packed to 16 bits as it is); 1/(1 − p) is applied once, in the
-    // epilogue, where it does not round P a second time.
-    if constexpr (kDropout) {
-      const unsigned char* keep = keep_here + (j & 1) * kRows * Plan::kMaskLd;
-      const int local_row[2] = {warp * 16 + g, warp * 16 + g + 8};
-#pragma unroll
-      for (int c = 0; c < Plan::kKeys / 8; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (!keep[local_row[e / 2] * Plan::kMaskLd + 8 * c + 2 * t + (e & 1)]) s[4 * c + e] = 0.0f;
-    }
-  };
-  float o[D / 2];  // O [64 rows × D] of this warpgroup
+  typename Mainloop::Output o;                                // O [64 rows × D] of this warpgroup
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-  float s[Plan::kKeys / 2];          // S_j, then its P_j in fp32
-  uint32_t p[Plan::kKeys / 16][4];   // P in 16 bits, the A operand of O's product
-  float alpha[2];                    // α of the last softmax
-  auto rescale_output = [&] {
-#pragma unroll
-    for (int c = 0; c < D / 8; ++c)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * c + e] *= alpha[e / 2];
-  };
-  // P to 16 bits, pinned there: the packing reads S, which the next S product overwrites, so it
-  // stays before that product's fence (the overlapped loop issues the product next).
-  auto pack_probabilities = [&] {
-#pragma unroll
-    for (int kk = 0; kk < Plan::kKeys / 16; ++kk) as_a_fragment<T>(p[kk], s, kk);
-#pragma unroll
-    for (int kk = 0; kk < Plan::kKeys / 16; ++kk) pin(p[kk]);
-  };
-  // Ties O and P to this point: their writes (O's scaling, P's packing) stay before the fence of the
-  // product that reads them, and after a wait, the end of that product's reads stays before them.
-  auto pin_operands = [&] {
-#pragma unroll
-    for (int kk = 0; kk < Plan::kKeys / 16; ++kk) pin(p[kk]);
-    pin(o);
-  };
-  if constexpr (Plan::kOverlapSoftmax) {
-    if (own_tiles > 0) {
-      k_ring.wait();
-      issue_scores(s);
-      wgmma_wait<0>();
-      pin(s);
-      release_keys(0);
-      softmax_tile(s, 0, alpha);  // O is 0: α_0 is not needed
-      pack_probabilities();
-    }
-    for (int j = 1; j < own_tiles; ++j) {
-      k_ring.wait();  // K_j is in shared memory
-      issue_scores(s);
-      // By α_{j−1}. Not at j = 1, where O is 0: scaling its zeros by α_0 = 0 too (no branch) made
-      // ptxas serialize the d = 96 kernel's products for want of registers.
-      if (j > 1) rescale_output();
-      pin_operands();
-      v_ring.wait();  // V_{j−1}, not the last tile
-      issue_values(o, p, values_desc(), FullWidth{});
-      wgmma_wait<1>();
-      pin(s);
-      release_keys(j);
-      softmax_tile(s, j, alpha);
-      wgmma_wait<0>();
-      pin_operands();  // P_{j−1} is read until here
-      release_values(j - 1);
-      pack_probabilities();
-    }
-    if (own_tiles > 0) {
-      if (own_tiles > 1) rescale_output();
-      pin_operands();
-      v_ring.wait();
-      with_width(last_width, [&](auto width) { issue_values(o, p, values_desc(), width); });
-      wgmma_wait<0>();
-      pin(o);
-      release_values(own_tiles - 1);
-    }
-  } else {
-    for (int j = 0; j < own_tiles; ++j) {
-      k_ring.wait();  // K_j and V_j are in shared memory
-      if constexpr (kDropout) warpgroup_barrier(warpgroup);
-      const uint64_t v_desc = values_desc();
-      issue_scores(s);
-      if constexpr (kDropout) {
-        if (j + 1 < own_tiles) draw_tile_flags(j + 1);  // while S is on the tensor cores
-      }
-      wgmma_wait<0>();
-      pin(s);
-      softmax_tile(s, j, alpha);
-      rescale_output();  // α_0 = 0 multiplies the zeros of O
-      pack_probabilities();
-      pin_operands();
-      issue_values(o, p, v_desc, FullWidth{});
-      wgmma_wait<0>();
-      pin(o);
-      release_keys(j);  // K_j and V_j
-    }
-  }
-  // The block's tiles past this warpgroup's rows: each counted done once it is in shared memory, as
-  // the ring needs (a stage is refilled when all the block's warps have passed it, and waiting for
-  // tile j first keeps this warp's count of it from joining that of tile j − kStages).
-  for (int j = own_tiles; j < key_tiles; ++j) {
-    k_ring.wait();
-    release_keys(j);
-    if constexpr (Plan::kOverlapSoftmax) {
-      v_ring.wait();
-      release_values(j);
-    }
-  }
-
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (row[h] >= seq) continue;
-    // 1/l, and with dropout 1/(1 − p) too; a row that sees no key: O = 0.
-    const float inverse = l[h] > 0.0f ? (kDropout ? dropout.scale : 1.0f) / l[h] : 0.0f;
-    T* out = O + offset + row[h] * kDim;
-#pragma unroll
-    for (int c = 0; c < kDim / 8; ++c)
-      *reinterpret_cast<uint32_t*>(out + 8 * c + 2 * t) =
-          pack2<T>(o[4 * c + 2 * h] * inverse, o[4 * c + 2 * h + 1] * inverse);
-    if (t == 0) lse[head * seq + row[h]] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : INFINITY;
-  }
-}
-
-// ---- backward: the query tiles a block walks -------------------------------------------------------
-
-// A query tile of the backward: rows q0.. of query head `head`.
-struct QueryTile {
-  int64_t head;        // the query head
-  int64_t row_offset;  // head · N: its first row in Q, dO, LSE, D and dQ
-  int64_t q0;          // the tile's first query
-};
-
-// The query tiles a backward block of keys k0.. walks: first_query, first_query + kQueries, … of each
-// of the group's query heads it takes, in turn (causal: queries i < k0 − shift see none of its keys).
-// It takes all r heads of the group, or a share of them where the grid splits the group over
-// gridDim.z blocks (too few K/V heads and key blocks to fill the GPU: MQA, GQA at short N); dK and dV
-// are added atomically at the end, so the shares sum. A cursor steps through the tiles (no division
-// per tile: the loops are instruction-bound).
-template <int kQueries>
-struct QueryWalk {
-  int64_t seq;
-  int64_t first_query;
-  int count;        // the block's query tiles
-  QueryTile first;  // its first
-
-  __device__ __forceinline__ static QueryWalk of(const Extents& extents, int64_t k0, int64_t kv_head) {
-    const int64_t seq = extents.seq, shift = extents.seq_k - extents.seq;
-    const int64_t first_query = extents.causal ? max(k0 - shift, int64_t(0)) : 0;
-    const int tiles_per_head = first_query < seq ? int((seq - first_query + kQueries - 1) / kQueries) : 0;
-    const int heads_per_split = (extents.group_size + int(gridDim.z) - 1) / int(gridDim.z);
-    const int first_head = int(blockIdx.z) * heads_per_split;
-    const int heads_here = max(0, min(extents.group_size - first_head, heads_per_split));
-    const int64_t head = kv_head * extents.group_size + first_head;
-    return {seq, first_query, tiles_per_head * heads_here, QueryTile{head, head * seq, first_query}};
-  }
-  __device__ __forceinline__ QueryTile next(QueryTile tile) const {
-    tile.q0 += kQueries;
-    if (tile.q0 >= seq) {
-      tile.q0 = first_query;
-      tile.head += 1;
-      tile.row_offset += seq;
-    }
-    return tile;
-  }
-};
-
-// By one whole warp: query tile `tile` into stage `stage` of the ring, Q and dO through the copy
-// engine (lane 0) into the QTiles at sQ and sdO ([stages] of them), LSE and D by cp.async (rows
-// lane, lane + 32, … below kQueries; zeros past N) into the fp32 rows at sLse and sRowDot
-// ([stages][kQueries]), all completing on `barrier` (1 + 32 arrivals a phase).
-template <class QTile>
-__device__ __forceinline__ void fetch_query_tile(const CUtensorMap& q_map, const CUtensorMap& do_map,
-                                                 const float* lse, const float* row_dot, int64_t seq,
-                                                 const QueryTile& tile, int stage, uint32_t barrier, uint32_t sQ,
-                                                 uint32_t sdO, uint32_t sLse, uint32_t sRowDot, int lane) {
-  constexpr int kQueries = QTile::kPanelBytes / 128;  // the tile's rows
-  static_assert(kQueries % 16 == 0, "LSE and D rows in whole halves of a warp");
-  if (lane == 0) {
-    mbarrier_arrive_expect_bytes(barrier, 2 * QTile::kBytes);
-    tma_load_tile<QTile>(sQ + stage * QTile::kBytes, q_map, tile.q0, tile.head, barrier);
-    tma_load_tile<QTile>(sdO + stage * QTile::kBytes, do_map, tile.q0, tile.head, barrier);
-  }
-#pragma unroll
-  for (int half = 0; half < (kQueries + 31) / 32; ++half) {
-    const int r = lane + 32 * half;
-    if (kQueries % 32 != 0 && r >= kQueries) break;
-    const bool inside = tile.q0 + r < seq;
-    const int64_t index = tile.row_offset + (inside ? tile.q0 + r : 0);
-    cp_async_4(sLse + (stage * kQueries + r) * 4, lse + index, inside);
-    cp_async_4(sRowDot + (stage * kQueries + r) * 4, row_dot + index, inside);
-  }
-  cp_async_arrive(barrier);
+  typename Mainloop::Scores s;         // S_j, then its P_j in fp32
+  typename Mainloop::Probabilities p;  // P in 16 bits, the A operand of O's product
+  float alpha[2];                      // α of the last softmax
+  mainloop.run(o, s, p, alpha, m, l);
+  store_forward_rows<T, D, kDim, kDropout>(o, m, l, row, mainloop.seq,
+                                           O + mainloop.offset, lse, mainloop.head, dropout, mainloop.t);
 }
 
 // Pᵀ = exp(Sᵀ − LSE) in place over a warpgroup's Sᵀ accumulator [64 keys × 64 queries] (the forward
@@ -729,81 +132,6 @@ __device__ __forceinline__ void store_transposed(unsigned char* ds_tile, const u
       *reinterpret_cast<uint32_t*>(ds_tile + DsTile::offset(key_local[h], 8 * c + 2 * t)) = dsa[c / 2][2 * (c % 2) + h];
 }
 
-// ---- backward --------------------------------------------------------------------------------------
-
-template <int D, bool kDropout>
-struct BackwardPlan {
-  static constexpr int kKeys = 128;    // per block: 2 warpgroups × 64 keys
-  // Queries per tile: 128 at d = 64 without dropout, where the elementwise work of a tile is the
-  // same as at d = 128 over half the products and larger tiles share the per-tile costs; 80 at
-  // d = 128 without dropout, where K and V (the A operands of Sᵀ and dPᵀ) and Kᵀ (dQ's) are read
-  // from shared memory once for 80 queries instead of 64 (what fits the registers); else 64.
-  static constexpr int kQueries = D == 64 && !kDropout ? 128 : D == 128 && !kDropout ? 80 : 64;
-  // 80 queries are no multiple of the 64 rows of a product, so dQ is formed transposed:
-  // dQᵀ = Kᵀ·dSᵀ [D][queries], each warpgroup 64 of D's rows, dS stored [queries][keys].
-  static constexpr bool kDqTransposed = kQueries == 80;
-  // Without dropout (80-query tiles with dQ transposed, and d = 64's 128-query halves), a warpgroup
-  // forms tile i's dQ during tile i + 1, once that tile's dS is stored and its dV and dK products are
-  // issued. The other warpgroup's half of dS_i is long stored by then, so neither waits for the other
-  // at a fixed point of each tile: a block barrier a tile (round w11's ncu) kept the two in lock-step,
-  // their softmax phases together, with the tensor cores idle under both. The registers are as
-  // before: dQ's accumulators (40 transposed, 32 at d = 64) are live beside dK, dV and the A
-  // fragments, as in the undeferred order, not beside S and dP. The hand-overs, by named barriers of
-  // both warpgroups (ids 1 and 2 are each warpgroup's own), warpgroup w arriving, the other waiting,
-  // b the dS buffer:
-  //   kDsStoredBarrier + 2w + b: w's half of the dS in buffer b is stored (before the other's dQ);
-  //   kDsReadBarrier + 2w + b:   w's dQ products have read buffer b (before the other stores in it).
-  // One id per buffer: an id is reused two tiles on, after its waiter has passed its last use.
-  static constexpr bool kDqDeferred = !kDropout && (kQueries == 80 || kQueries == 128);
-  static constexpr int kDsStoredBarrier = 3;
-  static constexpr int kDsReadBarrier = 7;
-  static_assert(kDsStoredBarrier > 2 && kDsReadBarrier >= kDsStoredBarrier + 4 && kDsReadBarrier + 4 <= 16,
-                "named barriers: 16 a block, 0 the block's, 1 and 2 the warpgroups' own");
-  static constexpr int kThreads = 2 * kWarpgroupThreads;
-  static constexpr int kWarps = kThreads / 32;
-  static constexpr int kStages = 2;    // query tiles (Q, dO, LSE, D) in flight
-  using KVTile = SwizzledTile<kKeys, D>;
-  using QTile = SwizzledTile<kQueries, D>;
-  // dSᵀ [keys][queries], or dS [queries][keys] where dQ is formed transposed.
-  using DsTile = std::conditional_t<kDqTransposed, SwizzledTile<kQueries, kKeys>, SwizzledTile<kKeys, kQueries>>;
-  // dQ of one query tile in fp32, swizzled as the copy engine reads it for its reduction into the
-  // accumulator (boxes of [kDqBoxRows rows][32 columns]).
-  using DqTile = SwizzledFloatTile<kQueries, D>;
-  static constexpr int kDqBoxRows = kDqTransposed ? kQueries : 64;
-  // How the warpgroups share dQ = dS·K of a tile, each product over 64 queries (or, transposed, the
-  // 80 of a tile):
-  //   D = 128: each takes 64 of its columns over all 128 keys (one [kQueries][D] tile);
-  //   128-query tiles (d = 64 without dropout): each takes a 64-query half, every column, over all
-  //     128 keys (one [128][D] tile, reduced a half by each warpgroup);
-  //   else (d = 64 with dropout): each takes every column over its own 64 keys, a partial tile of
-  //     its own, so the L2 adds two partials of each dQ element.
-  // The first two need all of dSᵀ before the products (a block barrier a tile). At d = 64 the
-  // partials' reductions made the L2 the busiest unit (ncu, round w9: 74 % of its crossbar).
-  static constexpr bool kDqByQueryHalves = kQueries == 128;
-  static constexpr int kDqParts = D == 64 && !kDqByQueryHalves ? 2 : 1;
-  // The kernel's dQ paths by query halves (query_row0, column0 = 0, the staged tile written without
-  // the dropout instances' hand-formed addresses) hold for this instance only.
-  static_assert(!kDqByQueryHalves || (D == 64 && !kDropout), "query halves: d = 64 without dropout");
-  static constexpr int kKBytes = KVTile::kBytes;
-  static constexpr int kQBytes = QTile::kBytes;
-  static constexpr int kDqBytes = kDqParts * DqTile::kBytes;
-  // dSᵀ (or dS) twice: a warpgroup may write the next tile's while the other still reads this one's.
-  static constexpr int kDsBuffers = 2;
-  // mbarriers (K and V; one per stage), the per-stage counts of warps done with it.
-  static constexpr int kBarrierBytes = 8 * (1 + kStages) + 4 * kStages;
-  // K, V; a Q and a dO tile per stage; dSᵀ or dS; dQ; LSE and D [kQueries] fp32 per stage; the barriers;
-  // slack. With
-  // dropout, each warpgroup's keep flags of a tile [64 queries][its 64 keys], one byte each, two
-  // buffers, rows padded to 68 bytes (the four queries a warp reads at once then fall in distinct
-  // banks).
-  static constexpr int kMaskLd = kKeys / 2 + 4;
-  static constexpr int kMaskBytes = kDropout ? 2 * 2 * kQueries * kMaskLd : 0;
-  static constexpr int kSharedBytes = 2 * kKBytes + 2 * kStages * kQBytes + kDsBuffers * DsTile::kBytes + kDqBytes +
-                                      2 * kStages * kQueries * 4 + kBarrierBytes + kMaskBytes + 1024;
-  static_assert(kSharedBytes <= 227 * 1024, "an H100/H200 block has at most 227 KiB of shared memory");
-  // kDqDeferred's first products read a dS tile's bytes from K's tile on (K, then V: read only).
-  static_assert(!kDqDeferred || DsTile::kBytes <= 2 * kKBytes, "the first tile's dropped dQ products stay in K and V");
-};
 
 // grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
 // heads that read its K/V head, so dK and dV sum over the group in registers. q_map, do_map: the
@@ -1095,7 +423,7 @@ __global__ void __launch_bounds__(256, 1)
     // its threads waited for them (wgmma_wait) before its warpgroup barrier of tile it − 1.
     const uint32_t sdSi = sdS + (buffer % Plan::kDsBuffers) * DsTile::kBytes;
     if constexpr (Plan::kDqDeferred) {
-      if (it >= 2) named_barrier_sync<Plan::kThreads>(Plan::kDsReadBarrier + 2 * other + buffer);
+      if (it >= 2) named_barrier_sync<Plan::kThreads>(BackwardBarrier::kDsRead + 2 * other + buffer);
     }
     if constexpr (Plan::kDqTransposed) {
       // dS [queries][keys]: stmatrix's transpose turns each 8 keys × 8 queries block of a fragment
@@ -1148,7 +476,7 @@ __global__ void __launch_bounds__(256, 1)
       if (__shfl_sync(0xffffffffu, last, 0) && it + Plan::kStages < query_tiles) fetch(refill, stage);
     };
     if constexpr (Plan::kDqDeferred) {
-      named_barrier_arrive<Plan::kThreads>(Plan::kDsStoredBarrier + 2 * warpgroup + buffer);
+      named_barrier_arrive<Plan::kThreads>(BackwardBarrier::kDsStored + 2 * warpgroup + buffer);
       // dQ of tile it − 1 (dS in the other buffer), once the other warpgroup's half is stored. The
       // sync counts every thread of this warpgroup, so the reducer's wait (its last dQ reduction
       // has read this warpgroup's part of the staging tile) comes before any of their stores. In
@@ -1159,7 +487,7 @@ __global__ void __launch_bounds__(256, 1)
       const bool dq_due = it > 0;
       if (dq_due) {
         if (reducer) bulk_wait_read();
-        named_barrier_sync<Plan::kThreads>(Plan::kDsStoredBarrier + 2 * other + (buffer ^ 1));
+        named_barrier_sync<Plan::kThreads>(BackwardBarrier::kDsStored + 2 * other + (buffer ^ 1));
       }
       issue_dq(dq, dq_due ? sdS + (buffer ^ 1) * DsTile::kBytes : sK);
       wgmma_wait<0>();
@@ -1168,7 +496,7 @@ __global__ void __launch_bounds__(256, 1)
       pin(dq);
       if (dq_due) {
         // The other warpgroup stores tile it + 1's dS in that buffer once this one's products read it.
-        if (it + 1 < query_tiles) named_barrier_arrive<Plan::kThreads>(Plan::kDsReadBarrier + 2 * warpgroup + (buffer ^ 1));
+        if (it + 1 < query_tiles) named_barrier_arrive<Plan::kThreads>(BackwardBarrier::kDsRead + 2 * warpgroup + (buffer ^ 1));
       }
       release_stage();
       if (dq_due) reduce_dq(dq, deferred_tile);
@@ -1197,7 +525,7 @@ __global__ void __launch_bounds__(256, 1)
     if (query_tiles > 0) {
       const int last_buffer = (query_tiles - 1) & 1;
       if (reducer) bulk_wait_read();
-      named_barrier_sync<Plan::kThreads>(Plan::kDsStoredBarrier + 2 * other + last_buffer);
+      named_barrier_sync<Plan::kThreads>(BackwardBarrier::kDsStored + 2 * other + last_buffer);
       float dq[kDqAccumulators];
       issue_dq(dq, sdS + last_buffer * DsTile::kBytes);
       wgmma_wait<0>();
@@ -1225,57 +553,6 @@ __global__ void __launch_bounds__(256, 1)
   }
 }
 
-// ---- backward, head dims past 128 ------------------------------------------------------------------
-//
-// At d = 192 and 256 the loop above does not fit an SM: dK and dV of a warpgroup's 64 keys would take
-// D registers a thread (256 at d = 256), and 128 keys of K and V beside two stages of Q and dO 256
-// KiB of shared memory. Here a block owns 64 keys, and its two warpgroups split the work by product
-// instead of by keys, so that no product is computed twice:
-//   warpgroup 0:  Sᵀ = K·Qᵀ,  Pᵀ = exp(Sᵀ − LSE),             dV += Pᵀ·dO,  dQ's first panels
-//   warpgroup 1:  dPᵀ = V·dOᵀ,  dSᵀ = Pᵀ ∘ (dPᵀ − D),         dK += dSᵀ·Q,  dQ's last panel(s)
-// with dQ = dS·K split by 64-column panels of K. Each warpgroup holds one of dV, dK (D/2 registers a
-// thread). Pᵀ passes from warpgroup 0 to 1 through shared memory in fp32, each thread's 32
-// accumulator registers in a slot of their own (both warpgroups' threads hold the same elements of a
-// 64×64 accumulator, so thread i of one reads exactly what thread i of the other wrote), and dSᵀ as
-// the 16-bit tile that both dQ products read. Three named barriers hand them over:
-//   kPReady  (0 arrives, 1 waits): Pᵀ of this tile is in the exchange;
-//   kDsReady (1 arrives, 0 waits): dSᵀ of this tile is in its tile, so Pᵀ has been read;
-//   kDsFree  (0 arrives, 1 waits): warpgroup 0's dQ products of the last tile have read dSᵀ.
-// dQ leaves as [64][32] fp32 boxes reduced into the accumulator by the copy engine; warpgroup 0
-// stages its boxes in the exchange (free once dSᵀ is ready), warpgroup 1 in boxes of its own: at
-// d = 256 one, which is what 227 KiB leave after K, V and two stages of Q and dO.
-template <int D, bool kDropout>
-struct WideBackwardPlan {
-  static_assert(D == 192 || D == 256, "the by-product split is for head dims past 128");
-  static constexpr int kKeys = 64;     // per block, shared by both warpgroups
-  static constexpr int kQueries = 64;  // per query tile
-  static constexpr int kThreads = 2 * kWarpgroupThreads;
-  static constexpr int kWarps = kThreads / 32;
-  static constexpr int kStages = 2;  // query tiles (Q, dO, LSE, D) in flight
-  using KVTile = SwizzledTile<kKeys, D>;
-  using QTile = SwizzledTile<kQueries, D>;
-  using DsTile = SwizzledTile<kKeys, kQueries>;      // dSᵀ [keys][queries]
-  using DqBox = SwizzledFloatTile<kQueries, 32>;     // one box of dQ for the copy engine's reduction
-  static constexpr int kPanels = D / 64;             // of dQ's columns
-  // Warpgroup 0's panels: 2 of 3 at d = 192, 2 of 4 at d = 256. It waits for dSᵀ while warpgroup 1
-  // forms and stores it, so it takes the larger share (and has two box slots to warpgroup 1's one
-  // at d = 256).
-  static constexpr int kPanels0 = (kPanels + 1) / 2;
-  static constexpr int kPanels1 = kPanels - kPanels0;
-  static constexpr int kExchangeBytes = 32 * kWarpgroupThreads * 4;  // Pᵀ: 32 fp32 registers a thread
-  static constexpr int kBoxSlots0 = kExchangeBytes / DqBox::kBytes;  // 2, in the exchange
-  static constexpr int kBoxSlots1 = D == 256 ? 1 : 2;
-  static constexpr int kBarrierBytes = 8 * (1 + kStages) + 4 * kStages;
-  // With dropout, the keep flags of a tile as bits [64 queries][2 words], drawn and read by
-  // warpgroup 0 alone (warpgroup 1 learns them from the sign of Pᵀ in the exchange).
-  static constexpr int kMaskBytes = kDropout ? kQueries * 2 * 4 : 0;
-  static constexpr int kSharedBytes = 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes + DsTile::kBytes +
-                                      kExchangeBytes + kBoxSlots1 * DqBox::kBytes + 2 * kStages * kQueries * 4 +
-                                      kBarrierBytes + kMaskBytes + 1024;
-  static_assert(kSharedBytes <= 227 * 1024, "an H100/H200 block has at most 227 KiB of shared memory");
-  // Named barrier ids past __syncthreads' 0 and the warpgroup barriers' 1 and 2.
-  static constexpr int kPReady = 3, kDsReady = 4, kDsFree = 5;
-};
 
 // grid (ceil(N_k/64) key blocks, BG, splits of the group), 256 threads; the operands and the walk
 // over query tiles as for backward_kernel, with 64 keys a block. Head dim D = 192 or 256, tiles
@@ -1455,7 +732,7 @@ __global__ void __launch_bounds__(256, 1)
       for (int c = 0; c < 8; ++c)
         exchange[c * kWarpgroupThreads + wg_thread] =
             make_float4(exchanged[4 * c], exchanged[4 * c + 1], exchanged[4 * c + 2], exchanged[4 * c + 3]);
-      named_barrier_arrive<Plan::kPReady, Plan::kThreads>();
+      named_barrier_arrive<WideBackwardBarrier::kPReady, Plan::kThreads>();
 
       // dV += Pᵀ·dO, dO read MN-major.
       uint32_t pa[4][4];
@@ -1468,7 +745,7 @@ __global__ void __launch_bounds__(256, 1)
       wgmma_commit();
 
       // dQ's first panels once dSᵀ is ready, a panel at a time (32 registers, not 64: d = 256 spilled).
-      named_barrier_sync<Plan::kDsReady, Plan::kThreads>();
+      named_barrier_sync<WideBackwardBarrier::kDsReady, Plan::kThreads>();
 #pragma unroll
       for (int p = 0; p < Plan::kPanels0; ++p) {
         float dq[32];
@@ -1480,7 +757,7 @@ __global__ void __launch_bounds__(256, 1)
         pin(dq);
         if (p == 0) release_stage(it, refill, stage);  // Sᵀ has read Q, dV dO, the exponentials LSE
         if (p == Plan::kPanels0 - 1 && it + 1 < query_tiles)
-          named_barrier_arrive<Plan::kDsFree, Plan::kThreads>();  // the last product has read dSᵀ
+          named_barrier_arrive<WideBackwardBarrier::kDsFree, Plan::kThreads>();  // the last product has read dSᵀ
         reduce_dq(dq, p, 2 * p, sExchange, std::integral_constant<int, Plan::kBoxSlots0>{}, q0, tile.head);
       }
     } else {
@@ -1497,7 +774,7 @@ __global__ void __launch_bounds__(256, 1)
       pin(dpt);
 
       // dSᵀ = Pᵀ ∘ (dPᵀ − D), Pᵀ from warpgroup 0 (0 where masked, so dSᵀ is too).
-      named_barrier_sync<Plan::kPReady, Plan::kThreads>();
+      named_barrier_sync<WideBackwardBarrier::kPReady, Plan::kThreads>();
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
         const float4 p = exchange[c * kWarpgroupThreads + wg_thread];
@@ -1518,10 +795,10 @@ __global__ void __launch_bounds__(256, 1)
 
       // dSᵀ into its tile (register pair (c, h) is key_local[h], queries 8c + 2t, +1; fragment c/2
       // holds it in a[2·(c%2) + h]) once warpgroup 0's dQ products of the last tile have read it.
-      if (it > 0) named_barrier_sync<Plan::kDsFree, Plan::kThreads>();
+      if (it > 0) named_barrier_sync<WideBackwardBarrier::kDsFree, Plan::kThreads>();
       store_transposed<DsTile>(generic_at(shared_raw, sdS), dsa, key_local, t);
       fence_proxy_async();
-      named_barrier_arrive<Plan::kDsReady, Plan::kThreads>();
+      named_barrier_arrive<WideBackwardBarrier::kDsReady, Plan::kThreads>();
       warpgroup_barrier(1);  // this warpgroup's own dQ products read all of dSᵀ
 
       // dK += dSᵀ·Q (Q read MN-major), then dQ's other panels, a panel at a time.
