@@ -10,10 +10,10 @@
 #include <functional>
 #include <limits>
 
+#include "flashbench/core/errors.hpp"
 #include "flashbench/cpu/attention.hpp"
 #include "flashbench/cpu/isa.hpp"
 #include "flashbench/cpu/kept.hpp"
-#include "flashbench/errors.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/stack.hpp"
 #include "support/reference.hpp"

@@ -9,8 +9,10 @@
 
 #include <gtest/gtest.h>
 
-#include "flashbench/compare.hpp"
-#include "flashbench/report.hpp"
+#include "flashbench/report/compare.hpp"
+#include "flashbench/report/files.hpp"
+#include "flashbench/report/reporter.hpp"
+#include "flashbench/report/results_file.hpp"
 #include "report_rows.hpp"
 
 namespace flashbench {

@@ -7,9 +7,9 @@
 #include <string>
 #include <utility>
 
-#include "flashbench/errors.hpp"
+#include "flashbench/core/errors.hpp"
 #include "flashbench/harness/registry.hpp"
-#include "flashbench/model.hpp"
+#include "flashbench/model/model.hpp"
 #include "support/cpu.hpp"
 
 namespace flashbench {

@@ -23,14 +23,14 @@
 #include <utility>
 #include <vector>
 
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/storage.hpp"
 #include "flashbench/cuda/device.hpp"
-#include "flashbench/errors.hpp"
 #include "flashbench/harness/reference.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/harness/stack.hpp"
-#include "flashbench/model.hpp"
-#include "flashbench/storage.hpp"
+#include "flashbench/model/model.hpp"
 
 namespace flashbench {
 namespace {

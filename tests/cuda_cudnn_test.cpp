@@ -20,12 +20,12 @@
 #include <utility>
 #include <vector>
 
+#include "flashbench/core/storage.hpp"
 #include "flashbench/cuda/device.hpp"
 #include "flashbench/harness/reference.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
-#include "flashbench/model.hpp"
-#include "flashbench/storage.hpp"
+#include "flashbench/model/model.hpp"
 
 namespace flashbench {
 namespace {

@@ -8,13 +8,13 @@
 #include <cmath>
 #include <limits>
 
+#include "flashbench/core/philox.hpp"
 #include "flashbench/cpu/attention.hpp"
 #include "flashbench/cpu/kept.hpp"
 #include "flashbench/harness/reference.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/harness/stack.hpp"
-#include "flashbench/philox.hpp"
 #include "support/cpu.hpp"
 #include "support/reference.hpp"
 

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "flashbench/environment.hpp"
+#include "flashbench/core/environment.hpp"
 
 namespace flashbench {
 namespace {

@@ -7,11 +7,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "flashbench/compare.hpp"
-#include "flashbench/errors.hpp"
-#include "flashbench/npy.hpp"
-#include "flashbench/report.hpp"
-#include "flashbench/sweep.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/npy.hpp"
+#include "flashbench/core/sweep.hpp"
+#include "flashbench/report/compare.hpp"
+#include "flashbench/report/results_file.hpp"
 
 namespace flashbench {
 namespace {

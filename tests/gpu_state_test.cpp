@@ -5,9 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include "flashbench/gpu_state.hpp"
-#include "flashbench/report.hpp"
-#include "flashbench/result.hpp"
+#include "flashbench/core/gpu_state.hpp"
+#include "flashbench/core/result.hpp"
+#include "flashbench/report/json.hpp"
 
 namespace flashbench {
 namespace {

@@ -11,11 +11,11 @@
 #include <functional>
 #include <limits>
 
-#include "flashbench/errors.hpp"
+#include "flashbench/core/errors.hpp"
 #include "flashbench/harness/reference.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/harness/stack.hpp"
-#include "flashbench/report.hpp"
+#include "flashbench/report/reporter.hpp"
 
 namespace flashbench {
 namespace {

@@ -11,9 +11,9 @@
 #include <string>
 #include <thread>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/input_file.hpp"
-#include "flashbench/sweep.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/input_file.hpp"
+#include "flashbench/core/sweep.hpp"
 
 namespace flashbench {
 namespace {

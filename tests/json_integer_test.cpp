@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/json_integer.hpp"
-#include "flashbench/report.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/json_integer.hpp"
+#include "flashbench/report/results_file.hpp"
 
 namespace flashbench {
 namespace {

@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/model.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/model/model.hpp"
 #include "support/cpu.hpp"
 
 namespace flashbench {

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "flashbench/os_memory.hpp"
+#include "flashbench/core/os_memory.hpp"
 
 namespace flashbench {
 namespace {

@@ -1,7 +1,7 @@
 // The "did you mean" distance: single edits, a swap of neighbours, and where a slip ends.
 #include <gtest/gtest.h>
 
-#include "flashbench/nearest.hpp"
+#include "flashbench/core/nearest.hpp"
 
 namespace flashbench {
 namespace {

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "flashbench/pickle.hpp"
+#include "flashbench/report/pickle.hpp"
 
 namespace flashbench {
 namespace {

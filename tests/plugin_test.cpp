@@ -7,11 +7,11 @@
 #include <memory>
 #include <string>
 
-#include "flashbench/errors.hpp"
+#include "flashbench/core/errors.hpp"
 #include "flashbench/harness/plugins.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
-#include "flashbench/model.hpp"
+#include "flashbench/model/model.hpp"
 
 namespace flashbench {
 namespace {

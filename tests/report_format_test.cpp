@@ -11,8 +11,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/report.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/units.hpp"
+#include "flashbench/report/files.hpp"
+#include "flashbench/report/json.hpp"
+#include "flashbench/report/reporter.hpp"
+#include "flashbench/report/results_file.hpp"
 #include "report_rows.hpp"
 
 namespace flashbench {

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "flashbench/result.hpp"
+#include "flashbench/core/result.hpp"
 
 namespace flashbench::testing {
 

@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "flashbench/report.hpp"
-#include "flashbench/summary.hpp"
+#include "flashbench/report/reporter.hpp"
+#include "flashbench/report/summary.hpp"
 #include "report_rows.hpp"
 
 namespace flashbench {

@@ -10,13 +10,13 @@
 #include <random>
 #include <string>
 
+#include "flashbench/core/errors.hpp"
 #include "flashbench/cpu/ring.hpp"
-#include "flashbench/errors.hpp"
 #include "flashbench/harness/reference.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/ring.hpp"
 #include "flashbench/harness/stack.hpp"
-#include "flashbench/model.hpp"
+#include "flashbench/model/model.hpp"
 
 namespace flashbench {
 namespace {

@@ -10,11 +10,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/model.hpp"
-#include "flashbench/shard.hpp"
-#include "flashbench/sweep.hpp"
-#include "flashbench/sweep_results.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/shard.hpp"
+#include "flashbench/core/sweep.hpp"
+#include "flashbench/model/model.hpp"
+#include "flashbench/report/json.hpp"
+#include "flashbench/report/results_file.hpp"
+#include "flashbench/report/sweep_results.hpp"
 
 namespace flashbench {
 namespace {

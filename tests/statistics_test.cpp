@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/gpu_state.hpp"
-#include "flashbench/statistics.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/gpu_state.hpp"
+#include "flashbench/core/statistics.hpp"
 
 namespace flashbench {
 namespace {

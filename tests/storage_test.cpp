@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "flashbench/storage.hpp"
+#include "flashbench/core/storage.hpp"
 
 namespace flashbench {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/sweep.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/sweep.hpp"
 
 namespace flashbench {
 namespace {

@@ -1,8 +1,8 @@
 // Sizes as people write them: binary and SI units, bare K/M/G/T as powers of 1024, bad input.
 #include <gtest/gtest.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/units.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/units.hpp"
 
 namespace flashbench {
 namespace {

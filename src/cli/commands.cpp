@@ -1,4 +1,4 @@
-#include "cli/commands.hpp"
+#include "commands.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "flashbench/core/errors.hpp"
 #include "flashbench/harness/registry.hpp"
-#include "flashbench/errors.hpp"
 
 namespace flashbench::cli {
 

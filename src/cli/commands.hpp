@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "flashbench/problem.hpp"
+#include "flashbench/core/problem.hpp"
 
 namespace flashbench::cli {
 

@@ -5,10 +5,11 @@
 
 #include <fmt/format.h>
 
-#include "cli/commands.hpp"
-#include "flashbench/compare.hpp"
-#include "flashbench/errors.hpp"
-#include "flashbench/report.hpp"
+#include "commands.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/report/compare.hpp"
+#include "flashbench/report/reporter.hpp"
+#include "flashbench/report/results_file.hpp"
 
 namespace flashbench::cli {
 

@@ -11,11 +11,11 @@
 
 #include <fmt/format.h>
 
-#include "cli/commands.hpp"
-#include "flashbench/errors.hpp"
+#include "commands.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/variant.hpp"
 #include "flashbench/harness/registry.hpp"
-#include "flashbench/report.hpp"
-#include "flashbench/variant.hpp"
+#include "flashbench/report/reporter.hpp"
 
 namespace flashbench::cli {
 

@@ -1,4 +1,4 @@
-#include "cli/dry_run.hpp"
+#include "dry_run.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -7,12 +7,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/progress.hpp"
-#include "cli/run_estimate.hpp"
-#include "flashbench/errors.hpp"
-#include "flashbench/model.hpp"
-#include "flashbench/report.hpp"
-#include "flashbench/units.hpp"
+#include "progress.hpp"
+#include "run_estimate.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/units.hpp"
+#include "flashbench/model/model.hpp"
+#include "flashbench/report/json.hpp"
 
 namespace flashbench::cli {
 

@@ -10,11 +10,11 @@
 #include <string_view>
 #include <vector>
 
+#include "flashbench/core/problem.hpp"
+#include "flashbench/core/statistics.hpp"
 #include "flashbench/harness/device.hpp"
 #include "flashbench/harness/implementation.hpp"
 #include "flashbench/harness/runner.hpp"
-#include "flashbench/problem.hpp"
-#include "flashbench/statistics.hpp"
 
 namespace flashbench::cli {
 

@@ -1,6 +1,6 @@
 // The examples at the foot of `flashbench --help`. tests/help_examples_test.py runs each of them
 // (a `run` with --dry-run appended), so every one stays a command that works.
-#include "cli/commands.hpp"
+#include "commands.hpp"
 
 namespace flashbench::cli {
 

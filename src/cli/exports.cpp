@@ -1,10 +1,12 @@
-#include "cli/exports.hpp"
+#include "exports.hpp"
 
 #include <filesystem>
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/report/files.hpp"
+#include "flashbench/report/reporter.hpp"
 
 namespace flashbench::cli {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "flashbench/report.hpp"
+#include "flashbench/report/reporter.hpp"
 
 namespace flashbench::cli {
 

@@ -10,14 +10,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.hpp"
+#include "commands.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/sweep.hpp"
+#include "flashbench/core/units.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
-#include "flashbench/errors.hpp"
-#include "flashbench/model.hpp"
-#include "flashbench/report.hpp"
-#include "flashbench/sweep.hpp"
-#include "flashbench/units.hpp"
+#include "flashbench/model/model.hpp"
+#include "flashbench/report/json.hpp"
 
 namespace flashbench::cli {
 

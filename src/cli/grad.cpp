@@ -9,13 +9,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "cli/commands.hpp"
+#include "commands.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/npy.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/harness/stack.hpp"
-#include "flashbench/errors.hpp"
-#include "flashbench/npy.hpp"
-#include "flashbench/report.hpp"
+#include "flashbench/report/files.hpp"
 
 namespace flashbench::cli {
 

@@ -1,4 +1,4 @@
-#include "cli/help_format.hpp"
+#include "help_format.hpp"
 
 #include <sys/ioctl.h>
 #include <unistd.h>

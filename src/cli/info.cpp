@@ -3,13 +3,13 @@
 
 #include <fmt/format.h>
 
-#include "cli/commands.hpp"
+#include "commands.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/peak.hpp"
 #include "flashbench/harness/plugins.hpp"
 #include "flashbench/harness/registry.hpp"
-#include "flashbench/config.hpp"
-#include "flashbench/errors.hpp"
-#include "flashbench/peak.hpp"
-#include "flashbench/report.hpp"
+#include "flashbench/report/config.hpp"
+#include "flashbench/report/json.hpp"
 
 namespace flashbench::cli {
 

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.hpp"
-#include "cli/help_format.hpp"
-#include "flashbench/config.hpp"
-#include "flashbench/errors.hpp"
-#include "flashbench/nearest.hpp"
+#include "commands.hpp"
+#include "help_format.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/nearest.hpp"
+#include "flashbench/report/config.hpp"
 
 namespace {
 

@@ -2,11 +2,12 @@
 // peers' files into one JSON document; it names what is missing and the array indices to rerun.
 #include <fmt/format.h>
 
-#include "cli/commands.hpp"
-#include "flashbench/errors.hpp"
-#include "flashbench/report.hpp"
-#include "flashbench/sweep_results.hpp"
-#include "flashbench/units.hpp"
+#include "commands.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/units.hpp"
+#include "flashbench/report/files.hpp"
+#include "flashbench/report/results_file.hpp"
+#include "flashbench/report/sweep_results.hpp"
 
 namespace flashbench::cli {
 

@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "cli/run_estimate.hpp"
-#include "flashbench/problem.hpp"
-#include "flashbench/result.hpp"
+#include "run_estimate.hpp"
+#include "flashbench/core/problem.hpp"
+#include "flashbench/core/result.hpp"
 
 namespace flashbench::cli {
 

@@ -1,4 +1,4 @@
-#include "cli/run_estimate.hpp"
+#include "run_estimate.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -19,9 +19,9 @@
 #include <string>
 #include <string_view>
 
-#include "flashbench/problem.hpp"
-#include "flashbench/result.hpp"
-#include "flashbench/statistics.hpp"
+#include "flashbench/core/problem.hpp"
+#include "flashbench/core/result.hpp"
+#include "flashbench/core/statistics.hpp"
 
 namespace flashbench::cli {
 

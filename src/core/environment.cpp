@@ -1,4 +1,4 @@
-#include "flashbench/environment.hpp"
+#include "flashbench/core/environment.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>

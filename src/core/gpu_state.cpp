@@ -1,4 +1,4 @@
-#include "flashbench/gpu_state.hpp"
+#include "flashbench/core/gpu_state.hpp"
 
 #include <dlfcn.h>
 

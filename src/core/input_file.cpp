@@ -1,4 +1,4 @@
-#include "flashbench/input_file.hpp"
+#include "flashbench/core/input_file.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/units.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/units.hpp"
 
 namespace flashbench {
 

@@ -1,13 +1,13 @@
-#include "flashbench/memory.hpp"
+#include "flashbench/core/memory.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/os_memory.hpp"
-#include "flashbench/timeline.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/os_memory.hpp"
+#include "flashbench/core/timeline.hpp"
 
 namespace flashbench {
 

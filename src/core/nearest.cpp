@@ -1,4 +1,4 @@
-#include "flashbench/nearest.hpp"
+#include "flashbench/core/nearest.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "flashbench/npy.hpp"
+#include "flashbench/core/npy.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/input_file.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/input_file.hpp"
 
 namespace flashbench {
 

@@ -1,4 +1,4 @@
-#include "flashbench/os_memory.hpp"
+#include "flashbench/core/os_memory.hpp"
 
 #include <malloc.h>
 

@@ -1,11 +1,11 @@
-#include "flashbench/problem.hpp"
+#include "flashbench/core/problem.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
+#include "flashbench/core/errors.hpp"
 
 namespace flashbench {
 

@@ -1,4 +1,4 @@
-#include "flashbench/result.hpp"
+#include "flashbench/core/result.hpp"
 
 #include <algorithm>
 #include <cmath>

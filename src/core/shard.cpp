@@ -1,4 +1,4 @@
-#include "flashbench/shard.hpp"
+#include "flashbench/core/shard.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
+#include "flashbench/core/errors.hpp"
 
 namespace flashbench {
 

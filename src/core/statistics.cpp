@@ -1,4 +1,4 @@
-#include "flashbench/statistics.hpp"
+#include "flashbench/core/statistics.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/units.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/units.hpp"
 
 namespace flashbench {
 

@@ -1,4 +1,4 @@
-#include "flashbench/storage.hpp"
+#include "flashbench/core/storage.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "flashbench/sweep.hpp"
+#include "flashbench/core/sweep.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/input_file.hpp"
-#include "flashbench/json_integer.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/input_file.hpp"
+#include "flashbench/core/json_integer.hpp"
 
 namespace flashbench {
 

@@ -1,4 +1,4 @@
-#include "flashbench/timeline.hpp"
+#include "flashbench/core/timeline.hpp"
 
 #include <algorithm>
 

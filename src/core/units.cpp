@@ -1,4 +1,4 @@
-#include "flashbench/units.hpp"
+#include "flashbench/core/units.hpp"
 
 #include <algorithm>
 #include <array>
@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
+#include "flashbench/core/errors.hpp"
 
 namespace flashbench {
 

@@ -1,8 +1,8 @@
-#include "flashbench/variant.hpp"
+#include "flashbench/core/variant.hpp"
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
+#include "flashbench/core/errors.hpp"
 
 namespace flashbench {
 

@@ -8,15 +8,15 @@
 
 #include <fmt/format.h>
 
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/os_memory.hpp"
 #include "flashbench/cpu/attention.hpp"
 #include "flashbench/cpu/isa.hpp"
 #include "flashbench/cpu/kept.hpp"
 #include "flashbench/cpu/peak.hpp"
 #include "flashbench/cpu/storage16.hpp"
 #include "flashbench/cpu/threads.hpp"
-#include "flashbench/errors.hpp"
 #include "flashbench/harness/registry.hpp"
-#include "flashbench/os_memory.hpp"
 
 namespace flashbench {
 namespace cpu {

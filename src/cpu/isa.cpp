@@ -8,10 +8,10 @@
 
 #include <fmt/format.h>
 
+#include "flashbench/core/errors.hpp"
 #include "flashbench/cpu/attention.hpp"
 #include "flashbench/cpu/gemm.hpp"
 #include "flashbench/cpu/isa_kernels.hpp"
-#include "flashbench/errors.hpp"
 
 namespace flashbench::cpu {
 

@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "flashbench/core/errors.hpp"
 #include "flashbench/cpu/isa.hpp"
-#include "flashbench/errors.hpp"
 
 namespace flashbench::cpu {
 namespace {

@@ -14,9 +14,9 @@
 
 #include "attention.hpp"
 #include "device.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/variant.hpp"
 #include "flashbench/cuda/kernels.hpp"
-#include "flashbench/errors.hpp"
-#include "flashbench/variant.hpp"
 
 namespace flashbench::cuda {
 

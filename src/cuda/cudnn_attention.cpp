@@ -14,8 +14,8 @@
 #include "cudnn_graph.hpp"
 #include "cudnn_library.hpp"
 #include "device.hpp"
+#include "flashbench/core/errors.hpp"
 #include "flashbench/cuda/device.hpp"
-#include "flashbench/errors.hpp"
 
 namespace flashbench::cuda {
 

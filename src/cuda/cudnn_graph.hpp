@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cudnn_library.hpp"
-#include "flashbench/problem.hpp"
+#include "flashbench/core/problem.hpp"
 
 namespace flashbench::cuda {
 

@@ -1,8 +1,8 @@
 // `--impl cudnn` in a build without cuDNN 9's headers (or without CUDA): registered all the same, its
 // costs answer the model (cudnn_costs.cpp), and asking it to run is a skipped row that says why.
 #include "cudnn_attention.hpp"
+#include "flashbench/core/errors.hpp"
 #include "flashbench/cuda/device.hpp"
-#include "flashbench/errors.hpp"
 
 namespace flashbench::cuda {
 

@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 
 #include "attention.hpp"
+#include "flashbench/core/errors.hpp"
 #include "flashbench/cuda/device.hpp"
 #include "flashbench/cuda/kernels.hpp"
-#include "flashbench/errors.hpp"
 
 namespace flashbench::cuda {
 

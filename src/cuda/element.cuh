@@ -5,9 +5,9 @@
 
 #include <type_traits>
 
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/problem.hpp"
 #include "flashbench/cuda/device_memory.hpp"
-#include "flashbench/errors.hpp"
-#include "flashbench/problem.hpp"
 
 namespace flashbench::cuda {
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "flashbench/problem.hpp"
+#include "flashbench/core/problem.hpp"
 
 namespace flashbench::cuda {
 

@@ -1,8 +1,8 @@
 // The CUDA device in a build without CUDA: registered all the same (its model answers, see
 // registration.cpp), but it cannot be opened, and opening it explains how to get it.
 #include "attention.hpp"
+#include "flashbench/core/errors.hpp"
 #include "flashbench/cuda/device.hpp"
-#include "flashbench/errors.hpp"
 
 namespace flashbench::cuda {
 

@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
+#include "flashbench/core/errors.hpp"
 #include "flashbench/harness/device.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/plugin.h"

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "flashbench/philox.hpp"
-#include "flashbench/result.hpp"
-#include "flashbench/storage.hpp"
+#include "flashbench/core/philox.hpp"
+#include "flashbench/core/result.hpp"
+#include "flashbench/core/storage.hpp"
 
 namespace flashbench {
 

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
+#include "flashbench/core/errors.hpp"
 
 namespace flashbench {
 

@@ -13,13 +13,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "flashbench/errors.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/os_memory.hpp"
+#include "flashbench/core/timeline.hpp"
+#include "flashbench/core/units.hpp"
 #include "flashbench/harness/reference.hpp"
 #include "flashbench/harness/stack.hpp"
-#include "flashbench/model.hpp"
-#include "flashbench/os_memory.hpp"
-#include "flashbench/timeline.hpp"
-#include "flashbench/units.hpp"
+#include "flashbench/model/model.hpp"
 
 namespace flashbench {
 

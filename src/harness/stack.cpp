@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/timeline.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/timeline.hpp"
 
 namespace flashbench {
 

@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/model.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/model/model.hpp"
 
 namespace flashbench {
 

@@ -3,9 +3,9 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/model.hpp"
-#include "flashbench/units.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/units.hpp"
+#include "flashbench/model/model.hpp"
 
 namespace flashbench {
 

@@ -4,9 +4,9 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/model.hpp"
-#include "flashbench/nearest.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/nearest.hpp"
+#include "flashbench/model/model.hpp"
 
 namespace flashbench {
 

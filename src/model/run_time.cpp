@@ -1,7 +1,7 @@
 // The modelled wall time of a sweep's configuration, for dealing configurations to shards.
 #include <algorithm>
 
-#include "flashbench/model.hpp"
+#include "flashbench/model/model.hpp"
 
 namespace flashbench {
 

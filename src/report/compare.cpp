@@ -1,7 +1,7 @@
 // Matching rows of two runs (or of one run against its `standard` rows), judging each time
 // difference with a Mann-Whitney U test over rounds or samples and the recorded load, and telling
 // apart runs that were not made alike.
-#include "flashbench/compare.hpp"
+#include "flashbench/report/compare.hpp"
 
 #include <algorithm>
 #include <array>
@@ -11,10 +11,12 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/json_integer.hpp"
-#include "flashbench/statistics.hpp"
-#include "flashbench/units.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/json_integer.hpp"
+#include "flashbench/core/statistics.hpp"
+#include "flashbench/core/units.hpp"
+#include "flashbench/report/json.hpp"
+#include "flashbench/report/results_file.hpp"
 #include "reporters.hpp"
 
 namespace flashbench {

@@ -6,6 +6,8 @@
 
 #include "reporters.hpp"
 
+#include "flashbench/report/reporter.hpp"
+
 namespace flashbench::report_detail {
 
 namespace {

@@ -3,7 +3,9 @@
 #include <ostream>
 #include <vector>
 
-#include "flashbench/summary.hpp"
+#include "flashbench/report/json.hpp"
+#include "flashbench/report/reporter.hpp"
+#include "flashbench/report/summary.hpp"
 #include "reporters.hpp"
 
 namespace flashbench::report_detail {

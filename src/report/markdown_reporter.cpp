@@ -1,7 +1,8 @@
 // Markdown: one heading and one pipe table per problem, for pasting into issues and READMEs.
 #include <ostream>
 
-#include "flashbench/summary.hpp"
+#include "flashbench/report/reporter.hpp"
+#include "flashbench/report/summary.hpp"
 #include "reporters.hpp"
 
 namespace flashbench::report_detail {

@@ -7,9 +7,11 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/summary.hpp"
-#include "flashbench/sweep_results.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/report/json.hpp"
+#include "flashbench/report/results_file.hpp"
+#include "flashbench/report/summary.hpp"
+#include "flashbench/report/sweep_results.hpp"
 
 namespace flashbench {
 

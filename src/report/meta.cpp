@@ -9,8 +9,8 @@
 
 #include <omp.h>
 
-#include "flashbench/config.hpp"
-#include "flashbench/report.hpp"
+#include "flashbench/report/config.hpp"
+#include "flashbench/report/json.hpp"
 
 #ifndef FLASHBENCH_CXX_FLAGS
 #define FLASHBENCH_CXX_FLAGS ""

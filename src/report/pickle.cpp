@@ -1,4 +1,4 @@
-#include "flashbench/pickle.hpp"
+#include "flashbench/report/pickle.hpp"
 
 #include <bit>
 #include <cstdint>

@@ -17,8 +17,10 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/units.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/units.hpp"
+#include "flashbench/report/files.hpp"
+#include "flashbench/report/reporter.hpp"
 #include "reporters.hpp"
 
 namespace flashbench {

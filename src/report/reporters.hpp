@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "flashbench/report.hpp"
+#include "flashbench/report/reporter.hpp"
 
 namespace flashbench::report_detail {
 

@@ -8,10 +8,12 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/input_file.hpp"
-#include "flashbench/json_integer.hpp"
-#include "flashbench/report.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/input_file.hpp"
+#include "flashbench/core/json_integer.hpp"
+#include "flashbench/report/json.hpp"
+#include "flashbench/report/reporter.hpp"
+#include "flashbench/report/results_file.hpp"
 
 namespace flashbench {
 

@@ -1,6 +1,6 @@
 // A sweep's summary: scaling exponents, the v2/standard crossover, bwd/fwd against seed 002's rule
 // (docs/articles.md); its JSON form is the "summary" of docs/json.md.
-#include "flashbench/summary.hpp"
+#include "flashbench/report/summary.hpp"
 
 #include <algorithm>
 #include <array>
@@ -13,7 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/units.hpp"
+#include "flashbench/core/units.hpp"
+#include "flashbench/report/json.hpp"
 #include "reporters.hpp"
 
 namespace flashbench {

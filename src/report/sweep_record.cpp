@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/json_integer.hpp"
-#include "flashbench/sweep_results.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/json_integer.hpp"
+#include "flashbench/report/sweep_results.hpp"
 
 namespace flashbench {
 

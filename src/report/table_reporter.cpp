@@ -9,7 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/summary.hpp"
+#include "flashbench/report/reporter.hpp"
+#include "flashbench/report/summary.hpp"
 #include "reporters.hpp"
 
 namespace flashbench::report_detail {

@@ -1,4 +1,4 @@
-#include "flashbench/trace.hpp"
+#include "flashbench/report/trace.hpp"
 
 #include <unistd.h>
 
@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/pickle.hpp"
-#include "flashbench/report.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/report/files.hpp"
+#include "flashbench/report/pickle.hpp"
 
 namespace flashbench {
 

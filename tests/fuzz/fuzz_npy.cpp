@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/npy.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/npy.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

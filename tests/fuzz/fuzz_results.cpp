@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "flashbench/compare.hpp"
-#include "flashbench/errors.hpp"
-#include "flashbench/report.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/report/compare.hpp"
+#include "flashbench/report/results_file.hpp"
 
 namespace {
 void compare_with_itself(const flashbench::ResultsFile& file) {

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "flashbench/errors.hpp"
-#include "flashbench/sweep.hpp"
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/sweep.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -15,10 +15,10 @@
 // memory space tagged `workspace`, sized by `workspace_elements` below.
 #include <cstdint>
 
-#include "flashbench/memory.hpp"
-#include "flashbench/philox.hpp"
-#include "flashbench/problem.hpp"
-#include "flashbench/variant.hpp"
+#include "flashbench/core/memory.hpp"
+#include "flashbench/core/philox.hpp"
+#include "flashbench/core/problem.hpp"
+#include "flashbench/core/variant.hpp"
 
 namespace flashbench::cpu {
 

@@ -1,6 +1,6 @@
 #pragma once
 // Measuring the CPU ceilings (peak.hpp holds what is measured).
-#include "flashbench/peak.hpp"
+#include "flashbench/core/peak.hpp"
 
 namespace flashbench {
 

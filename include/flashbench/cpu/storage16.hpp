@@ -7,8 +7,8 @@
 // there less the kept copy.
 #include <cstdint>
 
+#include "flashbench/core/storage.hpp"
 #include "flashbench/cpu/attention.hpp"
-#include "flashbench/storage.hpp"
 
 namespace flashbench::cpu {
 

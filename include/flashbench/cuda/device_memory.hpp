@@ -10,7 +10,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "flashbench/memory.hpp"
+#include "flashbench/core/memory.hpp"
 
 namespace flashbench::cuda {
 

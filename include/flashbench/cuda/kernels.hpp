@@ -15,8 +15,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "flashbench/philox.hpp"
-#include "flashbench/problem.hpp"
+#include "flashbench/core/philox.hpp"
+#include "flashbench/core/problem.hpp"
 
 namespace flashbench::cuda {
 

@@ -13,10 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flashbench/memory.hpp"
-#include "flashbench/model.hpp"
-#include "flashbench/problem.hpp"
-#include "flashbench/result.hpp"
+#include "flashbench/core/memory.hpp"
+#include "flashbench/core/problem.hpp"
+#include "flashbench/core/result.hpp"
+#include "flashbench/model/model.hpp"
 
 namespace flashbench {
 

@@ -8,11 +8,11 @@
 #include <string_view>
 #include <vector>
 
-#include "flashbench/memory.hpp"
-#include "flashbench/model.hpp"
-#include "flashbench/problem.hpp"
-#include "flashbench/result.hpp"
-#include "flashbench/variant.hpp"
+#include "flashbench/core/memory.hpp"
+#include "flashbench/core/problem.hpp"
+#include "flashbench/core/result.hpp"
+#include "flashbench/core/variant.hpp"
+#include "flashbench/model/model.hpp"
 
 namespace flashbench {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "flashbench/variant.hpp"
+#include "flashbench/core/variant.hpp"
 
 namespace flashbench {
 

@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "flashbench/problem.hpp"
+#include "flashbench/core/problem.hpp"
 
 namespace flashbench {
 

@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
+#include "flashbench/core/peak.hpp"
 #include "flashbench/harness/device.hpp"
 #include "flashbench/harness/implementation.hpp"
-#include "flashbench/peak.hpp"
 
 namespace flashbench {
 

@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-#include "flashbench/model.hpp"
+#include "flashbench/model/model.hpp"
 
 namespace flashbench {
 

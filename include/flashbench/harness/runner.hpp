@@ -12,10 +12,10 @@
 #include <span>
 #include <vector>
 
+#include "flashbench/core/result.hpp"
+#include "flashbench/core/statistics.hpp"
 #include "flashbench/harness/device.hpp"
 #include "flashbench/harness/implementation.hpp"
-#include "flashbench/result.hpp"
-#include "flashbench/statistics.hpp"
 
 namespace flashbench {
 

@@ -10,10 +10,10 @@
 
 #include <fmt/format.h>
 
+#include "flashbench/core/errors.hpp"
+#include "flashbench/core/storage.hpp"
 #include "flashbench/cpu/attention.hpp"
 #include "flashbench/cpu/gemm.hpp"
-#include "flashbench/errors.hpp"
-#include "flashbench/storage.hpp"
 
 #include "prologue.hpp"
 #include "kernels.hpp"

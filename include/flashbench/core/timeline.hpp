@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "flashbench/memory.hpp"
+#include "flashbench/core/memory.hpp"
 
 namespace flashbench {
 

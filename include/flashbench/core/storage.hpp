@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "flashbench/problem.hpp"
+#include "flashbench/core/problem.hpp"
 
 // GCC 12 has _Float16 on x86-64 (converted by F16C where -march has it); clang before 15 has not.
 #if defined(__FLT16_MANT_DIG__)

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "flashbench/gpu_state.hpp"
-#include "flashbench/memory.hpp"
-#include "flashbench/problem.hpp"
-#include "flashbench/statistics.hpp"
-#include "flashbench/variant.hpp"
+#include "flashbench/core/gpu_state.hpp"
+#include "flashbench/core/memory.hpp"
+#include "flashbench/core/problem.hpp"
+#include "flashbench/core/statistics.hpp"
+#include "flashbench/core/variant.hpp"
 
 namespace flashbench {
 

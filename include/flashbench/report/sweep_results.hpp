@@ -9,10 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flashbench/problem.hpp"
-#include "flashbench/report.hpp"
-#include "flashbench/shard.hpp"
-#include "flashbench/sweep.hpp"
+#include "flashbench/core/problem.hpp"
+#include "flashbench/core/shard.hpp"
+#include "flashbench/core/sweep.hpp"
+#include "flashbench/report/results_file.hpp"
 
 namespace flashbench {
 

@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flashbench/report.hpp"
-#include "flashbench/result.hpp"
+#include "flashbench/core/result.hpp"
+#include "flashbench/report/results_file.hpp"
 
 namespace flashbench {
 

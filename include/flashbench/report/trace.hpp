@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flashbench/result.hpp"
-#include "flashbench/timeline.hpp"
+#include "flashbench/core/result.hpp"
+#include "flashbench/core/timeline.hpp"
 
 namespace flashbench {
 

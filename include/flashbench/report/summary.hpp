@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flashbench/compare.hpp"
-#include "flashbench/result.hpp"
+#include "flashbench/core/result.hpp"
+#include "flashbench/report/compare.hpp"
 
 namespace flashbench {
 

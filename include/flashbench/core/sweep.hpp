@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flashbench/problem.hpp"
-#include "flashbench/statistics.hpp"
-#include "flashbench/variant.hpp"
+#include "flashbench/core/problem.hpp"
+#include "flashbench/core/statistics.hpp"
+#include "flashbench/core/variant.hpp"
 
 namespace flashbench {
 
