@@ -535,22 +535,8 @@ __global__ void __launch_bounds__(256, 1)
   }
   if (reducer) bulk_wait();
 
-  // dK (scaled) and dV of this block's keys, each into its own accumulator. Added, not stored: where
-  // the grid splits the group over gridDim.z, other blocks add their query heads' shares to the same
-  // rows. A pair of columns per reduction (red.global.add.v2.f32, 8-byte aligned: kDim and 2t even).
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (!key_inside[h]) continue;
-    const int64_t row = (kv_head * seq_k + k0 + key_local[h]) * kDim;
-    float* dk_out = dk_accumulator + row;
-    float* dv_out = dv_accumulator + row;
-#pragma unroll
-    for (int c = 0; c < kDim / 8; ++c) {
-      atomicAdd(reinterpret_cast<float2*>(dk_out + 8 * c + 2 * t),
-                make_float2(scale * dk[4 * c + 2 * h], scale * dk[4 * c + 2 * h + 1]));
-      atomicAdd(reinterpret_cast<float2*>(dv_out + 8 * c + 2 * t), make_float2(dv[4 * c + 2 * h], dv[4 * c + 2 * h + 1]));
-    }
-  }
+  add_key_gradients<D, kDim>(dk, dv, dk_accumulator, dv_accumulator, scale, kv_head, seq_k, k0, key_local, key_inside,
+                             t);
 }
 
 
@@ -829,18 +815,9 @@ __global__ void __launch_bounds__(256, 1)
   if (reducer) bulk_wait();
 
   // dV (warpgroup 0) into dv_accumulator, or dK (warpgroup 1, scaled) into dk_accumulator, for this
-  // block's keys; added, as backward_kernel's, for the blocks of a split group, a column pair at a time.
-  const float factor = warpgroup == 0 ? 1.0f : scale;
-  float* const accumulator = warpgroup == 0 ? dv_accumulator : dk_accumulator;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (!key_inside[h]) continue;
-    float* out = accumulator + (kv_head * seq_k + k0 + key_local[h]) * D;
-#pragma unroll
-    for (int c = 0; c < D / 8; ++c)
-      atomicAdd(reinterpret_cast<float2*>(out + 8 * c + 2 * t),
-                make_float2(factor * grad[4 * c + 2 * h], factor * grad[4 * c + 2 * h + 1]));
-  }
+  // block's keys.
+  add_wide_key_gradient<D>(grad, warpgroup == 0 ? dv_accumulator : dk_accumulator, warpgroup == 0 ? 1.0f : scale,
+                           kv_head, seq_k, k0, key_local, key_inside, t);
 }
 
 // ---- launchers -------------------------------------------------------------------------------------
