@@ -39,6 +39,7 @@
 #include "flash_layer.cuh"
 #include "hopper.cuh"
 #include "hopper/accumulators.cuh"
+#include "hopper/backward_tile.cuh"
 #include "hopper/barriers.cuh"
 #include "hopper/dropout.cuh"
 #include "hopper/epilogues.cuh"
@@ -286,23 +287,9 @@ __global__ void __launch_bounds__(256, 1)
     const float* lse_i = lse_tile + stage * Plan::kQueries;
     const float* row_dot_i = row_dot_tile + stage * Plan::kQueries;
 
-    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for this warpgroup's 64 keys × kQueries queries, as two groups: the
-    // exponentials of Pᵀ run while dPᵀ is still on the tensor cores.
-    const uint64_t k_desc = opaque(k_major_base<KVTile>(sK, warpgroup * 64));
-    const uint64_t v_desc = opaque(k_major_base<KVTile>(sV, warpgroup * 64));
-    const uint64_t q_desc = k_major_base<QTile>(sQi, 0), do_desc = k_major_base<QTile>(sdOi, 0);
+    // Sᵀ and dPᵀ as two commit groups: the exponentials of Pᵀ run while dPᵀ is on the tensor cores.
     float st[Plan::kQueries / 2], dpt[Plan::kQueries / 2];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kDepthSteps<kDim>; ++kk)
-      Wgmma<T, Plan::kQueries>::template ss<0, 0>(st, advance(k_desc, k_major_step<KVTile>(kk)),
-                                                  advance(q_desc, k_major_step<QTile>(kk)), kk > 0);
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < kDepthSteps<kDim>; ++kk)
-      Wgmma<T, Plan::kQueries>::template ss<0, 0>(dpt, advance(v_desc, k_major_step<KVTile>(kk)),
-                                                  advance(do_desc, k_major_step<QTile>(kk)), kk > 0);
-    wgmma_commit();
+    issue_scores_transposed<T, Plan, kDim>(st, dpt, sK, sV, sQi, sdOi, warpgroup);
     if constexpr (kDropout) {
       if (it + 1 < query_tiles) draw_tile_flags(next_tile(tile), buffer ^ 1);
     }
@@ -376,47 +363,8 @@ __global__ void __launch_bounds__(256, 1)
     if constexpr (Plan::kDqDeferred) {
       if (it >= 2) named_barrier_sync<Plan::kThreads>(BackwardBarrier::kDsRead + 2 * other + buffer);
     }
-    if constexpr (Plan::kDqTransposed) {
-      // dS [queries][keys]: stmatrix's transpose turns each 8 keys × 8 queries block of a fragment
-      // (fragment register j: keys +8·(j % 2), queries +8·(j / 2)) into 8 rows of queries, 16 bytes
-      // of keys each; lane 8j + i gives the address of row i of block j.
-      // Step kk's rows are 16 further on (the swizzle's row % 8 unchanged): one address, formed here.
-      const int block = lane / 8;
-      const uint32_t row_address = opaque(uint32_t(
-          sdSi + DsTile::offset(8 * (block / 2) + lane % 8, warpgroup * 64 + warp * 16 + 8 * (block % 2))));
-#pragma unroll
-      for (int kk = 0; kk < Plan::kQueries / 16; ++kk) stmatrix_x4_trans(row_address + kk * 16 * 128, dsa[kk]);
-    } else if constexpr (Plan::kQueries == 64) {
-      unsigned char* ds_tile = generic_at(shared_raw, sdSi);
-#pragma unroll
-      for (int c = 0; c < Plan::kQueries / 8; ++c)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          *reinterpret_cast<uint32_t*>(ds_tile + DsTile::offset(key_local[h], 8 * c + 2 * t)) =
-              dsa[c / 2][2 * (c % 2) + h];
-    } else {
-      // The same addresses, formed in the loop (held across it, the 32 of a 128-query tile spill):
-      // DsTile::offset(key_local[h], 8c + 2t) is row_base + 1024h + panel c/8 + 16-byte chunk
-      // (c % 8) ^ g, key_local[h] % 8 being g.
-      unsigned char* row_base = generic_at(shared_raw, opaque(uint32_t(sdSi + key_local[0] * 128 + 4 * t)));
-      const uint32_t hidden_g = opaque(uint32_t(g));
-#pragma unroll
-      for (int c = 0; c < Plan::kQueries / 8; ++c)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          *reinterpret_cast<uint32_t*>(row_base + 1024 * h + (c / 8) * DsTile::kPanelBytes +
-                                       ((uint32_t(c % 8) ^ hidden_g) << 4)) = dsa[c / 2][2 * (c % 2) + h];
-    }
-    // dV += Pᵀ·dO and dK += dSᵀ·Q (scale applied once at the end), dO and Q read MN-major.
-    const uint64_t do_t_desc = mn_major_base<QTile>(sdOi, 0), q_t_desc = mn_major_base<QTile>(sQi, 0);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < Plan::kQueries / 16; ++kk)
-      Wgmma<T, D>::template rs<1>(dv, pa[kk], advance(do_t_desc, mn_major_step<QTile>(kk)), 1);
-#pragma unroll
-    for (int kk = 0; kk < Plan::kQueries / 16; ++kk)
-      Wgmma<T, D>::template rs<1>(dk, dsa[kk], advance(q_t_desc, mn_major_step<QTile>(kk)), 1);
-    wgmma_commit();
+    store_ds_tile<Plan>(dsa, sdSi, key_local, warpgroup, warp, lane, g, t);
+    issue_key_gradients<T, Plan, D>(dk, dv, pa, dsa, sQi, sdOi);
 
     fence_proxy_async();
     // This warp is done with the stage (Q and dO by the products above, LSE and D before them) once
