@@ -296,58 +296,18 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_wait<1>();
     pin(st);
 
-    // In the forward pass P_ij = exp(S_ij − LSE_i): here Pᵀ, 0 where masked.
-    // In 32-bit tile coordinates: query q0 + lq exists when lq < queries_left, and sees key
-    // k0 + lk when lk <= lq + diagonal. Interior tiles (every query and key exists, every key is
-    // seen by every query) skip the test.
-    const int queries_left = int(min(seq - q0, int64_t(Plan::kQueries)));
-    const int diagonal = int(max(min(q0 + shift - k0, int64_t(Plan::kKeys)), int64_t(-Plan::kQueries - 1)));
-    const bool interior =
-        queries_left == Plan::kQueries && k0 + Plan::kKeys <= seq_k && (!causal || diagonal >= Plan::kKeys - 1);
-    if (interior) {
-#pragma unroll
-      for (int c = 0; c < Plan::kQueries / 8; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          st[4 * c + e] = fast_exp2(fmaf(st[4 * c + e], scale_log2, -kLog2e * lse_i[8 * c + 2 * t + (e & 1)]));
-    } else {
-#pragma unroll
-      for (int c = 0; c < Plan::kQueries / 8; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int local_query = 8 * c + 2 * t + (e & 1);
-          const bool visible = local_query < queries_left && key_inside[e / 2] &&
-                               (!causal || key_local[e / 2] <= local_query + diagonal);
-          st[4 * c + e] = visible ? fast_exp2(fmaf(st[4 * c + e], scale_log2, -kLog2e * lse_i[8 * c + 2 * t + (e & 1)])) : 0.0f;
-        }
-    }
+    probabilities_transposed<Plan::kKeys, Plan::kQueries>(st, lse_i, scale_log2, extents, q0, k0, key_local,
+                                                         key_inside, t);
     wgmma_wait<0>();
     pin(dpt);
-    if constexpr (kDropout) {
-      // dSᵀ = Pᵀ ∘ (dPᵀ ∘ Z/(1 − p) − D), then Pᵀ becomes P̃ᵀ for dV, Z from the tile's flags.
-      const unsigned char* keep = keep_here + buffer * Plan::kQueries * Plan::kMaskLd;
-#pragma unroll
-      for (int c = 0; c < Plan::kQueries / 8; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int local_query = 8 * c + 2 * t + (e & 1);
-          const float factor = keep[local_query * Plan::kMaskLd + key_local[e / 2] - warpgroup * 64] ? dropout.scale : 0.0f;
-          dpt[4 * c + e] = st[4 * c + e] * (dpt[4 * c + e] * factor - row_dot_i[8 * c + 2 * t + (e & 1)]);
-          st[4 * c + e] *= factor;
-        }
-    }
+    if constexpr (kDropout)
+      dropout_scores_gradient<Plan>(st, dpt, row_dot_i, keep_here + buffer * Plan::kQueries * Plan::kMaskLd,
+                                    dropout.scale, key_local, warpgroup, t);
     uint32_t pa[Plan::kQueries / 16][4];
 #pragma unroll
     for (int kk = 0; kk < Plan::kQueries / 16; ++kk) as_a_fragment<T>(pa[kk], st, kk);
 
-    // dSᵀ = Pᵀ ∘ (dPᵀ − D), D_i = rowsum(dO ∘ O) from the pre-pass over the whole row.
-    if constexpr (!kDropout) {
-#pragma unroll
-      for (int c = 0; c < Plan::kQueries / 8; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          dpt[4 * c + e] = st[4 * c + e] * (dpt[4 * c + e] - row_dot_i[8 * c + 2 * t + (e & 1)]);
-    }
+    if constexpr (!kDropout) scores_gradient<Plan::kQueries>(st, dpt, row_dot_i, t);  // dSᵀ = Pᵀ ∘ (dPᵀ − D)
     uint32_t dsa[Plan::kQueries / 16][4];
 #pragma unroll
     for (int kk = 0; kk < Plan::kQueries / 16; ++kk) as_a_fragment<T>(dsa[kk], dpt, kk);

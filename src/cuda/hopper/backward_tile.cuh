@@ -42,6 +42,37 @@ __device__ __forceinline__ void issue_scores_transposed(float (&st)[Plan::kQueri
   wgmma_commit();
 }
 
+// dSᵀ = Pᵀ ∘ (dPᵀ − D) in place of dPᵀ (dpt), D_i = rowsum(dO ∘ O) from the pre-pass over the whole
+// row (row_dot_i: the tile's), st: Pᵀ; register 4c + e is query 8c + 2t + e%2.
+template <int kQueries>
+__device__ __forceinline__ void scores_gradient(const float (&st)[kQueries / 2], float (&dpt)[kQueries / 2],
+                                                const float* row_dot_i, int t) {
+#pragma unroll
+  for (int c = 0; c < kQueries / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      dpt[4 * c + e] = st[4 * c + e] * (dpt[4 * c + e] - row_dot_i[8 * c + 2 * t + (e & 1)]);
+}
+
+// Dropout: dSᵀ = Pᵀ ∘ (dPᵀ ∘ Z/(1 − p) − D) in place of dPᵀ, then Pᵀ becomes P̃ᵀ for dV, Z from the
+// tile's keep flags `keep` [queries][kMaskLd] of this warpgroup's 64 keys (register 4c + e: key
+// key_local[e/2], query 8c + 2t + e%2); `scale`: 1/(1 − p).
+template <class Plan>
+__device__ __forceinline__ void dropout_scores_gradient(float (&st)[Plan::kQueries / 2],
+                                                        float (&dpt)[Plan::kQueries / 2], const float* row_dot_i,
+                                                        const unsigned char* keep, float scale,
+                                                        const int (&key_local)[2], int warpgroup, int t) {
+#pragma unroll
+  for (int c = 0; c < Plan::kQueries / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int local_query = 8 * c + 2 * t + (e & 1);
+      const float factor = keep[local_query * Plan::kMaskLd + key_local[e / 2] - warpgroup * 64] ? scale : 0.0f;
+      dpt[4 * c + e] = st[4 * c + e] * (dpt[4 * c + e] * factor - row_dot_i[8 * c + 2 * t + (e & 1)]);
+      st[4 * c + e] *= factor;
+    }
+}
+
 // dSᵀ (its A fragments dsa) into the DsTile at sdSi for dQ: register pair (c, h) of the fragments is
 // (key_local[h], queries 8c + 2t, +1); fragment kk = c/2 holds it in a[2·(c%2) + h].
 template <class Plan>
