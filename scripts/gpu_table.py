@@ -134,7 +134,43 @@ def markdown(table, implementation):
             f"{gib(peak_beyond_inputs(ours))} | {gib(peak_beyond_inputs(cudnn) if cudnn else None)} |")
     if any("†" in line for line in lines[2:]):
         lines += ["", "† some samples ran with the GPU throttled (left out of the median where enough others remain)"]
+    lines += software_lines(table)
     return "\n".join(lines)
+
+
+def cudnn_text(version):
+    """torch.backends.cudnn.version()'s 91002 -> "cuDNN 9.10.2" (major·10000 + minor·100 + patch from 9 on)."""
+    return f"cuDNN {version // 10000}.{version % 10000 // 100}.{version % 100}" if isinstance(version, int) else None
+
+
+def software_lines(table):
+    """The libraries and drivers the rows ran on, and a warning where flashbench's `cudnn` and torch's
+    ran different cuDNN versions (their comparison is then also one of versions)."""
+    ours, torch, drivers = set(), set(), set()
+    for rows in table.values():
+        for name, row in rows.items():
+            provenance = row.get("provenance") or {}
+            if name == "cudnn" and row.get("library"):
+                ours.add(row["library"])
+            if name == "torch-sdpa-cudnn" and cudnn_text(provenance.get("cudnn")):
+                torch.add(cudnn_text(provenance.get("cudnn")))
+            driver = row.get("driver") or provenance.get("driver_version")
+            if driver:
+                drivers.add(str(driver))
+    parts = []
+    if ours:
+        parts.append(f"cudnn (ours): {', '.join(sorted(ours))}")
+    if torch:
+        parts.append(f"torch cuDNN: {', '.join(sorted(torch))}")
+    if drivers:
+        parts.append(f"driver {', '.join(sorted(drivers))}")
+    if not parts:
+        return []
+    lines = ["", "Ran on: " + "; ".join(parts)]
+    if ours and torch and ours != torch:
+        lines.append(f"note: flashbench's cudnn and torch's ran different cuDNN versions ({', '.join(sorted(ours))} "
+                     f"against {', '.join(sorted(torch))}): their columns differ by version too")
+    return lines
 
 
 # The --summary columns: heading, and the value of a shape from (ours, its rows), None where missing.

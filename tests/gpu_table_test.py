@@ -66,6 +66,25 @@ class GpuTableTest(unittest.TestCase):
         self.assertEqual(cells[14], f"{(measured['peak_bytes'] - measured['by_tag']['input']) / 2**30:.2f}")
         self.assertEqual(cells[12], "–")  # no cudnn (ours) row in these files
 
+    def test_the_cudnn_versions_are_named_and_a_difference_said(self):
+        def row(name, **extra):
+            return {"impl": name, "backend": "cuda", "status": "ok",
+                    "problem": {"head_dim": 128, "seq": 4096, "causal": False},
+                    "timing": {"fwd": {"median_ms": 1.0}, "bwd": {"median_ms": 2.0}}, **extra}
+        ours = [row("v2", driver="13.0"), row("cudnn", library="cuDNN 9.12.0", driver="13.0")]
+        peer = dict(row("torch-sdpa-cudnn", provenance={"cudnn": 91002, "driver_version": "13.0"}),
+                    backend="torch-sdpa-cudnn")
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, rows in (("ours.json", ours), ("peers.json", [peer])):
+                with open(os.path.join(tmp, name), "w", encoding="utf-8") as handle:
+                    json.dump({"schema_version": 1, "meta": {}, "rows": rows}, handle)
+            status, text, _ = render([os.path.join(tmp, "ours.json"), os.path.join(tmp, "peers.json")])
+        self.assertEqual(status, 0)
+        self.assertIn("Ran on: cudnn (ours): cuDNN 9.12.0; torch cuDNN: cuDNN 9.10.2; driver 13.0", text)
+        self.assertIn("different cuDNN versions (cuDNN 9.12.0 against cuDNN 9.10.2)", text)
+        # The fixture's rows predate the fields: nothing to name, nothing said.
+        self.assertNotIn("different cuDNN", self.text)
+
     def test_a_throttled_phase_is_marked(self):
         self.assertNotIn("†", self.text)  # the fixture's rows predate the count
         ours = next(row for row in rows_of("bf16-d128-n16384-true.jsonl") if row["impl"] == "v2")

@@ -6,8 +6,8 @@ README's first two `run` examples (docs/usage.md), scaled so that each takes sec
 configuration (`run --seq 4096`), and a sweep whose N doubles (`run --seq 512:4096:x2`), where the
 small configurations stop on the noise target and the large ones on --max-time.
 
-A timing test: CTest runs it alone (RUN_SERIAL), and a miss is measured once more before it fails,
-since another process can take the machine for a while.
+A timing test: CTest runs it alone (RUN_SERIAL), and since another process can take the machine for a
+while, a miss is measured again, up to three times, before it fails.
 
 usage: time_estimate_test.py FLASHBENCH_BINARY SOURCE_DIR
 """
@@ -68,7 +68,7 @@ def within(estimate, real):
 
 
 def one_example(binary, readme, args):
-    for attempt in (1, 2):
+    for attempt in (1, 2, 3):
         estimate, learned = estimated(binary, args)
         if estimate is None:
             check(False, f"{readme}: {learned}")
@@ -82,7 +82,7 @@ def one_example(binary, readme, args):
         eta_ok = first is None or abs(first[0] - first[1]) <= max(1.5, TOLERANCE * first[1])
         if code == 0 and within(estimate, real) and eta_ok:
             break
-        if attempt == 1:
+        if attempt < 3:
             print(f"note: {readme}: estimated {estimate:.1f} s, measured {real:.1f} s, first ETA {first}; once more")
     check(code == 0, f"{readme} (scaled: {' '.join(args)}) runs (exit {code})")
     check(within(estimate, real),

@@ -148,6 +148,13 @@ struct CudnnAttention::State {
 CudnnAttention::CudnnAttention() : state_(std::make_unique<State>()) {}
 CudnnAttention::~CudnnAttention() = default;
 
+void CudnnAttention::annotate(Row& row) const {
+  // cudnnGetVersion() is major·10000 + minor·100 + patch from cuDNN 9 on.
+  if (state_->load())
+    row.library = fmt::format("cuDNN {}.{}.{}", state_->library->version / 10000, state_->library->version % 10000 / 100,
+                              state_->library->version % 100);
+}
+
 std::optional<std::string> CudnnAttention::unsupported(const Problem& problem) const {
   if (problem.dtype == Dtype::fp32)
     return std::string("cuDNN's fused attention takes bf16 or fp16, not fp32");

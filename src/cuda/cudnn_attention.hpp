@@ -32,6 +32,8 @@ class CudnnAttention final : public Implementation {
   // building the plans finds out, on the device the run has opened).
   std::optional<std::string> unsupported(const Problem& problem) const override;
   LayerCosts costs(const Problem& problem, const ModelParams& params) const override;
+  // Its rows name the cuDNN that ran ("cuDNN 9.10.2"), where one could be loaded.
+  void annotate(Row& row) const override;
 
   void forward(LayerCall& call, const LayerInputs& in, void* O, KeptTensors& kept) override;
   void backward(LayerCall& call, const LayerInputs& in, const void* O, const void* dO, KeptTensors& kept,

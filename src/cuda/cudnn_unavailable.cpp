@@ -20,6 +20,7 @@ CudnnAttention::CudnnAttention() = default;
 CudnnAttention::~CudnnAttention() = default;
 
 std::optional<std::string> CudnnAttention::unsupported(const Problem&) const { return std::string(kNotBuilt); }
+void CudnnAttention::annotate(Row&) const {}
 
 std::optional<CudnnAttention::PlanWorkspace> CudnnAttention::plan_workspace(const Problem&) const {
   return std::nullopt;

@@ -261,6 +261,9 @@ std::optional<GpuState> CudaDevice::gpu_state() const {
 void CudaDevice::annotate(Row& row) const {
   row.device = properties_.name;
   row.device_index = index_;
+  int driver = 0;
+  cudaDriverGetVersion(&driver);
+  row.driver = version_text(driver);
 }
 
 }  // namespace flashbench::cuda

@@ -296,6 +296,8 @@ ordered_json row_to_json(const Row& row) {
   j["threads"] = row.threads;
   j["device"] = row.device;
   if (!row.isa.empty()) j["isa"] = row.isa;
+  if (!row.library.empty()) j["library"] = row.library;
+  if (!row.driver.empty()) j["driver"] = row.driver;
   if (row.device_index) j["device_index"] = *row.device_index;
   if (row.gpu_start || row.gpu_end)
     j["gpu_state"] = {{"start", row.gpu_start ? gpu_state_to_json(*row.gpu_start) : ordered_json(nullptr)},
@@ -415,6 +417,8 @@ Row row_from_json(const json& j) {
   }
   if (j.contains("device") && j.at("device").is_string()) row.device = j.at("device").get<std::string>();
   if (j.contains("isa") && j.at("isa").is_string()) row.isa = j.at("isa").get<std::string>();
+  if (j.contains("library") && j.at("library").is_string()) row.library = j.at("library").get<std::string>();
+  if (j.contains("driver") && j.at("driver").is_string()) row.driver = j.at("driver").get<std::string>();
   if (j.contains("device_index") && j.at("device_index").is_number_integer())
     row.device_index = integer_or<int>(j, "device_index", 0);
   return row;

@@ -110,6 +110,11 @@ struct Row {
   int64_t diagonal_block = 0;           // v2's causal diagonal chunk [columns]; 0 when not tiled
   std::string device;                   // GPU name, for CUDA rows
   std::string isa;                      // CPU rows of flashbench's kernels: the ISA they ran on (cpu/isa.hpp)
+  // The vendor library an implementation calls, with the version that ran ("cuDNN 9.10.2"); empty
+  // for flashbench's own kernels. A peer's row names its own (torch's cuDNN), so a table can say
+  // where two "cudnn" rows ran different versions.
+  std::string library;
+  std::string driver;                   // CUDA rows: the driver's version ("13.0")
   std::optional<int> device_index;      // which GPU of the machine ran it (--device-index), on CUDA rows
   // The GPU's clocks, power and throttling before and after the timed samples (NVML; CUDA rows where
   // NVML answers).
