@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "help_format.hpp"
 #include "progress.hpp"
 #include "run_estimate.hpp"
 #include "flashbench/core/errors.hpp"
@@ -64,6 +65,18 @@ std::optional<Problem> probe_problem(const std::vector<PlannedConfiguration>& pl
   return probe;
 }
 
+// `text` as lines of the help's width, those after the first indented by `indent` spaces more than
+// its own (which begins with its indentation).
+void print_wrapped(std::ostream& out, const std::string& text, size_t indent) {
+  const size_t own = text.find_first_not_of(' ');
+  const std::string continuation(own + indent, ' ');
+  bool first = true;
+  for (const std::string& line : wrap_words(text.substr(own), help_width() - own - indent)) {
+    out << (first ? std::string(own, ' ') : continuation) << line << '\n';
+    first = false;
+  }
+}
+
 std::string planned_peak(const Row& row) { return row.model ? format_bytes(row.model->peak_bytes) : "-"; }
 
 void print_table(std::ostream& out, const DryRun& dry_run, const std::vector<PlannedConfiguration>& plan,
@@ -92,13 +105,13 @@ void print_table(std::ostream& out, const DryRun& dry_run, const std::vector<Pla
                      format_eta(estimated_seconds),
                      dry_run.rounds > 1 ? fmt::format(" ({} rounds)", dry_run.rounds) : "");
   if (probe.problem && probe.failed.empty())
-    out << fmt::format("  learned in {:.1f} s from a probe of {}: {}\n", probe.seconds, probe.problem->describe(),
-                       estimate.describe());
+    print_wrapped(out, fmt::format("  learned in {:.1f} s from a probe of {}: {}", probe.seconds,
+                                   probe.problem->describe(), estimate.describe()), 2);
   else if (probe.problem)
-    out << fmt::format("  the probe taught nothing ({}): the time is the nominal rate's\n", probe.failed);
-  out << fmt::format("  modelled time {} (FLOP at {}'s nominal {:g} GFLOP/s, --max-time spent by every row): what "
-                     "deals a sweep to --shard\n",
-                     format_eta(modelled_seconds), dry_run.backend, dry_run.nominal_flop_rate / 1e9);
+    print_wrapped(out, fmt::format("  the probe taught nothing ({}): the time is the nominal rate's", probe.failed), 2);
+  print_wrapped(out, fmt::format("  modelled time {} (FLOP at {}'s nominal {:g} GFLOP/s, --max-time spent by every "
+                                 "row): what deals a sweep to --shard",
+                                 format_eta(modelled_seconds), dry_run.backend, dry_run.nominal_flop_rate / 1e9), 2);
 }
 
 void print_json(std::ostream& out, const DryRun& dry_run, const std::vector<PlannedConfiguration>& plan,
