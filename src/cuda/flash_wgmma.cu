@@ -48,6 +48,7 @@
 #include "hopper/query_walk.cuh"
 #include "hopper/stage_ring.cuh"
 #include "hopper/transposed_tiles.cuh"
+#include "hopper/wide_backward_tile.cuh"
 #include "tensor_map.hpp"
 
 namespace flashbench::cuda {
@@ -389,47 +390,12 @@ __global__ void __launch_bounds__(256, 1)
   if (query_tiles > 0) mbarrier_wait(kv_full, 0);
 
   const bool reducer = wg_thread == 0;  // of each warpgroup: hands its dQ boxes to the copy engine
-  // dQ's panel `panel` = dS·K (A = dSᵀ [keys][queries] read M-major, B = K's panel read N-major),
-  // issued into dq [64 queries × 64 columns].
-  auto dq_product = [&](float(&dq)[32], int panel) {
-    const uint64_t ds_desc = opaque(mn_major_base<DsTile>(sdS, 0));
-    const uint64_t k_t_desc = opaque(mn_major_base<KVTile>(sK, 64 * panel));
-#pragma unroll
-    for (int kk = 0; kk < Plan::kKeys / 16; ++kk)
-      Wgmma<T, 64>::template ss<1, 1>(dq, advance(ds_desc, mn_major_step<DsTile>(kk)),
-                                      advance(k_t_desc, mn_major_step<KVTile>(kk)), kk > 0);
-  };
-  // dq (panel `panel`) into two boxes of 32 columns, the warpgroup's boxes `first_box`, +1 of this
-  // tile, box b into slot b % kSlots at `slots`; a slot already used in this tile waits until the
-  // copy engine has read the box it held (the kSlots − 1 boxes since may still be pending). The
-  // caller has made the slots free at the start of the tile.
+  // dQ's panels and their boxes (hopper/wide_backward_tile.cuh) through lambdas, as backward_kernel.
+  auto dq_product = [&](float(&dq)[32], int panel) { issue_dq_panel<T, Plan>(dq, sdS, sK, panel); };
   auto reduce_dq = [&](const float(&dq)[32], int panel, int first_box, uint32_t slots, auto slot_count,
                        int64_t q0, int64_t head) {
-    constexpr int kSlots = decltype(slot_count)::value;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int box = first_box + half;
-      const uint32_t slot = slots + (box % kSlots) * DqBox::kBytes;
-      if (box >= kSlots) {
-        if (reducer) bulk_wait_read<kSlots - 1>();
-        warpgroup_barrier(warpgroup);
-      }
-      unsigned char* box_tile = generic_at(shared_raw, slot);
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = 4 * (4 * half + c) + 2 * h;  // register of (row 16·warp + g + 8h, column 32·half + 8c + 2t)
-          *reinterpret_cast<float2*>(box_tile + DqBox::offset(warp * 16 + g + 8 * h, 8 * c + 2 * t)) =
-              make_float2(scale * dq[r], scale * dq[r + 1]);
-        }
-      fence_proxy_async();
-      warpgroup_barrier(warpgroup);
-      if (reducer) {
-        tma_reduce_add_3d(dq_map, slot, 64 * panel + 32 * half, int(q0), int(head));
-        bulk_commit();
-      }
-    }
+    reduce_dq_panel<Plan, decltype(slot_count)::value>(dq, panel, first_box, slots, q0, head, dq_map, scale,
+                                                        warpgroup, warp, g, t, reducer);
   };
   // This warp is done with the stage: the last of the block's 8 refills it kStages tiles on.
   auto release_stage = [&](int it, const QueryTile& next, int stage) {
@@ -450,15 +416,8 @@ __global__ void __launch_bounds__(256, 1)
     const float* row_dot_i = row_dot_tile + stage * Plan::kQueries;
 
     if (warpgroup == 0) {
-      // Sᵀ = K·Qᵀ [64 keys × 64 queries].
-      const uint64_t k_desc = opaque(k_major_base<KVTile>(sK, 0)), q_desc = k_major_base<QTile>(sQi, 0);
-      float st[32];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        Wgmma<T, 64>::template ss<0, 0>(st, advance(k_desc, k_major_step<KVTile>(kk)),
-                                        advance(q_desc, k_major_step<QTile>(kk)), kk > 0);
-      wgmma_commit();
+      float st[32];  // Sᵀ = K·Qᵀ [64 keys × 64 queries]
+      issue_keys_by_queries<T, Plan, D>(st, sK, sQi);
       // Dropout: this tile's keep flags while Sᵀ is on the tensor cores. The last tile's were read
       // before this warpgroup's barrier ahead of the exchange; the barrier after the exponentials
       // publishes these.
@@ -476,37 +435,20 @@ __global__ void __launch_bounds__(256, 1)
       float exchanged[32];
 #pragma unroll
       for (int r = 0; r < 32; ++r) exchanged[r] = st[r];
-      if constexpr (kDropout) {
-#pragma unroll
-        for (int c = 0; c < 8; ++c)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int query = 8 * c + 2 * t + (e & 1), key = key_local[e / 2];
-            const bool kept = (keep_bits[2 * query + key / 32] >> (key % 32)) & 1u;
-            exchanged[4 * c + e] = kept ? st[4 * c + e] : -st[4 * c + e];
-            st[4 * c + e] *= kept ? dropout.scale : 0.0f;
-          }
-      }
+      if constexpr (kDropout) drop_probabilities(st, exchanged, keep_bits, dropout.scale, key_local, t);
 
       // Pᵀ into the exchange. It is free: warpgroup 1 read the last tile's Pᵀ before dSᵀ was ready,
       // and the copy engine has read this warpgroup's dQ boxes staged there since.
       if (reducer) bulk_wait_read();
       warpgroup_barrier(0);
-#pragma unroll
-      for (int c = 0; c < 8; ++c)
-        exchange[c * kWarpgroupThreads + wg_thread] =
-            make_float4(exchanged[4 * c], exchanged[4 * c + 1], exchanged[4 * c + 2], exchanged[4 * c + 3]);
+      store_exchange(exchange, exchanged, wg_thread);
       named_barrier_arrive<WideBackwardBarrier::kPReady, Plan::kThreads>();
 
       // dV += Pᵀ·dO, dO read MN-major.
       uint32_t pa[4][4];
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) as_a_fragment<T>(pa[kk], st, kk);
-      const uint64_t do_t_desc = mn_major_base<QTile>(sdOi, 0);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) add_product_by_column_chunks<T, D, QTile>(grad, pa[kk], do_t_desc, kk);
-      wgmma_commit();
+      add_keys_by_columns<T, Plan, D>(grad, pa, sdOi);
 
       // dQ's first panels once dSᵀ is ready, a panel at a time (32 registers, not 64: d = 256 spilled).
       named_barrier_sync<WideBackwardBarrier::kDsReady, Plan::kThreads>();
@@ -525,15 +467,8 @@ __global__ void __launch_bounds__(256, 1)
         reduce_dq(dq, p, 2 * p, sExchange, std::integral_constant<int, Plan::kBoxSlots0>{}, q0, tile.head);
       }
     } else {
-      // dPᵀ = V·dOᵀ [64 keys × 64 queries].
-      const uint64_t v_desc = opaque(k_major_base<KVTile>(sV, 0)), do_desc = k_major_base<QTile>(sdOi, 0);
-      float dpt[32];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        Wgmma<T, 64>::template ss<0, 0>(dpt, advance(v_desc, k_major_step<KVTile>(kk)),
-                                        advance(do_desc, k_major_step<QTile>(kk)), kk > 0);
-      wgmma_commit();
+      float dpt[32];  // dPᵀ = V·dOᵀ [64 keys × 64 queries]
+      issue_keys_by_queries<T, Plan, D>(dpt, sV, sdOi);
       wgmma_wait<0>();
       pin(dpt);
 
@@ -566,11 +501,7 @@ __global__ void __launch_bounds__(256, 1)
       warpgroup_barrier(1);  // this warpgroup's own dQ products read all of dSᵀ
 
       // dK += dSᵀ·Q (Q read MN-major), then dQ's other panels, a panel at a time.
-      const uint64_t q_t_desc = mn_major_base<QTile>(sQi, 0);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) add_product_by_column_chunks<T, D, QTile>(grad, dsa[kk], q_t_desc, kk);
-      wgmma_commit();
+      add_keys_by_columns<T, Plan, D>(grad, dsa, sQi);
       // This warpgroup's boxes of the last tile have been read by the copy engine.
       if (reducer) bulk_wait_read();
       warpgroup_barrier(1);
