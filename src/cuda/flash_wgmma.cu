@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(256, 1)
       // sync counts every thread of this warpgroup, so the reducer's wait (its last dQ reduction
       // has read this warpgroup's part of the staging tile) comes before any of their stores. In
       // the first tile none is due, and the products run anyway, over K and V (read only here),
-      // their result dropped: a product issued under a branch and waited for after it made ptxas
+      // their result dropped: a product issued under a branch and waited for after it makes ptxas
       // serialize the products and spill (C7512, 1.1 KB).
       float dq[kDqAccumulators];
       const bool dq_due = it > 0;
@@ -450,7 +450,7 @@ __global__ void __launch_bounds__(256, 1)
       for (int kk = 0; kk < 4; ++kk) as_a_fragment<T>(pa[kk], st, kk);
       add_keys_by_columns<T, Plan, D>(grad, pa, sdOi);
 
-      // dQ's first panels once dSᵀ is ready, a panel at a time (32 registers, not 64: d = 256 spilled).
+      // dQ's first panels once dSᵀ is ready, a panel at a time (32 registers, not 64: d = 256 spills).
       named_barrier_sync<WideBackwardBarrier::kDsReady, Plan::kThreads>();
 #pragma unroll
       for (int p = 0; p < Plan::kPanels0; ++p) {

@@ -43,7 +43,7 @@ struct Extents {
 // where 168 registers a thread (384 threads on an SM's 64K) hold O and a 128-key S, and each K/V
 // tile then serves 192 queries instead of 128; else two. Three at every N, causal or not: each
 // warpgroup computes only the tiles its rows see, and three take 0.89× the time of two at N = 512
-// and 0.94× at 1K, causal (docs/cuda-notes.md).
+// and 0.94× at 1K, causal (measured: docs/journal/w12.md).
 template <int D, bool kDropout>
 constexpr int kForwardWarpgroups = D == 64 && !kDropout ? 3 : 2;
 
