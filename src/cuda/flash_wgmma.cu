@@ -129,8 +129,7 @@ __global__ void __launch_bounds__(256, 1)
   float* row_dot_tile = reinterpret_cast<float*>(generic_at(shared_raw, sRowDot));
   unsigned char* keep_tiles = generic_at(shared_raw, kv_full + Plan::kBarrierBytes);  // kDropout: [2 wg][2][64][kMaskLd]
 
-  const int64_t seq = extents.seq, seq_k = extents.seq_k, shift = seq_k - seq;
-  const bool causal = extents.causal;
+  const int64_t seq = extents.seq, seq_k = extents.seq_k;
   const int64_t kv_head = blockIdx.y, k0 = int64_t(blockIdx.x) * Plan::kKeys;
   const int thread = threadIdx.x, warpgroup = thread / kWarpgroupThreads;
   const int warp = (thread % kWarpgroupThreads) / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
