@@ -5,7 +5,7 @@
 # from its seed corpus in tests/fuzz/corpus/<name>/ and keeps what it learns in
 # build-fuzz/corpus/<name>/. A crash stops that target and fails the script; the input that crashed
 # is in build-fuzz/artifacts/<name>/: fix the parser, then add the input to tests/fuzz/corpus/<name>/,
-# where every build's unit tests replay it (tests/fuzz_corpus_test.cpp).
+# where every build's unit tests replay it (tests/fuzz/corpus_test.cpp).
 # Environment: FUZZ_BUILD_DIR (default build-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."

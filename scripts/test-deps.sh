@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what only the tests need, beyond scripts/setup.sh's packages: Slurm and munge, with which
-# tests/slurm_test.py starts a single-node cluster (Debian 12 packages; no service is configured or
+# tests/scripts/slurm_test.py starts a single-node cluster (Debian 12 packages; no service is configured or
 # enabled by the test, which runs its own daemons in a temporary folder). As root it installs what is
 # missing; otherwise it says what is missing, and that test reports itself skipped.
 set -euo pipefail

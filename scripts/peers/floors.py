@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import timing  # noqa: E402
 
 # torch is imported where it is used: what needs no GPU (the plans, the rows, the table) is testable on
-# a machine without it (tests/floors_test.py).
+# a machine without it (tests/scripts/floors_test.py).
 
 # The products, by name; each of one [N, d] or [N, N] operand per head, for B·H heads.
 PRODUCTS = ["S = Q·Kᵀ", "O = P·V", "dP = dO·Vᵀ", "dV = Pᵀ·dO", "dQ = dS·K", "dK = dSᵀ·Q"]

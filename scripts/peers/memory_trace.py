@@ -9,7 +9,7 @@ PyTorch records its caching allocator's history (torch.cuda.memory._record_memor
     "alloc" and "free_completed", slices "forward" and "backward", and an instant "peak" where the
     total first reaches its maximum. torch does not tag its buffers, so there is no per-tag track.
 chrome_trace() takes the snapshot as a plain dictionary, so it is tested without torch
-(tests/peer_memory_trace_test.py).
+(tests/scripts/peer_memory_trace_test.py).
 """
 import json
 import os

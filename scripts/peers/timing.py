@@ -27,7 +27,7 @@ else than flashbench does, and the ratio between the two rows would say little. 
    GPU's name and UUID.
 
 Everything but CudaProtocol, calibrate_cycles_per_ms and torch_device_keys runs without torch or a
-GPU: tests/peer_protocol_test.py drives it with fakes of the timed work, the clock, NVML and
+GPU: tests/scripts/peer_protocol_test.py drives it with fakes of the timed work, the clock, NVML and
 nvidia-smi. The peer scripts beside this file import it (they put their own folder on sys.path).
 """
 import ctypes

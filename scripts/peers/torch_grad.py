@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import timing  # noqa: E402
 
 # torch is imported where it is used, so that what needs no GPU (shapes, the implementation list, the
-# markdown) is testable on a machine without it (tests/torch_grad_test.py).
+# markdown) is testable on a machine without it (tests/scripts/torch_grad_test.py).
 DTYPES = ("bf16", "fp16", "fp32")
 FP32_FLOOR = 1e-5  # the fp32 bar, as flashbench's own CUDA tests hold fp32 against float64
 TENSORS = ("o", "dq", "dk", "dv")  # the files flashbench grad writes, and the keys of each row's errors

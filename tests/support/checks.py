@@ -1,4 +1,4 @@
-"""The command-line tests' one way to check (tests/*_test.py): check() prints `ok` or `FAIL` and
+"""The command-line tests' one way to check (tests/cli/*_test.py, tests/scripts/*_test.py): check() prints `ok` or `FAIL` and
 what was compared, summary() prints the tally and gives the exit status."""
 failures = 0
 checks = 0

@@ -1,5 +1,5 @@
 """Running the binary on a pseudo-terminal, as tmux or a terminal emulator gives it, for the tests
-of what a person sees (progress_terminal_test, run_habits_test)."""
+of what a person sees (tests/cli/progress_terminal_test.py, tests/cli/run_options_test.py)."""
 import os
 import pty
 import select
