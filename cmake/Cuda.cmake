@@ -5,7 +5,7 @@
 # One status line says which and why. The result is FLASHBENCH_CUDA_BOOL (true/false), which feeds
 # build::kCuda in config.hpp.
 set(FLASHBENCH_CUDA "AUTO" CACHE STRING "Build the CUDA backend: AUTO, ON or OFF")
-# The device node whose presence shows a GPU to AUTO (tests/cuda_auto_test.py points it elsewhere).
+# The device node whose presence shows a GPU to AUTO (tests/cuda/cuda_auto_test.py points it elsewhere).
 set(FLASHBENCH_GPU_DEVICE_NODE /dev/nvidia0 CACHE FILEPATH "A file whose presence means this machine has an NVIDIA GPU")
 mark_as_advanced(FLASHBENCH_GPU_DEVICE_NODE)
 set_property(CACHE FLASHBENCH_CUDA PROPERTY STRINGS AUTO ON OFF)

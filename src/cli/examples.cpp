@@ -1,4 +1,4 @@
-// The examples at the foot of `flashbench --help`. tests/help_examples_test.py runs each of them
+// The examples at the foot of `flashbench --help`. tests/cli/help_examples_test.py runs each of them
 // (a `run` with --dry-run appended), so every one stays a command that works.
 #include "commands.hpp"
 

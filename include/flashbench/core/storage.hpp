@@ -17,7 +17,7 @@ namespace flashbench {
 using Half = uint16_t;  // the bits of one bf16 or fp16 number
 
 // fp16 by integer arithmetic, for compilers without _Float16 on the host (clang 14 on x86, which the
-// fuzzing build uses); the same results bit for bit (storage_test.cpp holds them to it).
+// fuzzing build uses); the same results bit for bit (tests/core/storage_test.cpp holds them to it).
 inline Half fp16_from_float_portable(float x) {
   const uint32_t bits = std::bit_cast<uint32_t>(x);
   const Half sign = Half((bits >> 16) & 0x8000u);

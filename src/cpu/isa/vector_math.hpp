@@ -65,7 +65,7 @@ inline float reduce_sum(vec v) {
 }
 
 // exp(x) per lane, after Cephes' expf: x = n·ln2 + r with n = round(x·log2 e), |r| ≤ ln2/2,
-// exp(r) by its degree-7 minimax polynomial, times 2ⁿ. Error bound (tests/vector_math_test.cpp
+// exp(r) by its degree-7 minimax polynomial, times 2ⁿ. Error bound (tests/cpu/vector_math_test.cpp
 // checks it against double exp over [-104, 88.7] and the limits): relative ≤ 2.5e-7 (about 2 ulp)
 // for x ≥ kExpFlushBelow; below that the result is exactly 0 (absolute error < 2⁻¹²⁴, the true value
 // being at most a few FLT_MIN), so no lane ever makes a subnormal: on x86 an instruction that produces
