@@ -78,7 +78,32 @@ std::string verdict(const Verification& verification, int64_t budget_bytes) {
   return over <= 0 ? "fits" : fmt::format("over budget by {}", format_bytes(over));
 }
 
-int run_fit(const FitOptions& options) {
+// The problem at a fitted point: the searched axis (N or B) set to `value`.
+Problem at_point(const Problem& problem, FitAxis axis, int64_t value) {
+  Problem point = problem;
+  (axis == FitAxis::seq ? point.seq : point.batch) = value;
+  return point;
+}
+
+// The search and what it found: each variant's largest point within the budget, and (--verify)
+// what running it showed.
+struct Fit {
+  const DeviceEntry& entry;
+  int64_t budget = 0;  // [bytes], one device's with --cp
+  FitAxis axis = FitAxis::seq;
+  Problem problem;     // as given; each point sets the searched axis
+  int64_t ranks = 1;   // --cp
+  int threads = 0;     // the model's
+  std::vector<FitResult> results;  // one per variant, in --variant's order
+  double search_ms = 0;            // the search's wall time [ms]
+  std::optional<int64_t> standard_max;                   // the standard variant's largest, where it fits at all
+  std::vector<std::optional<Verification>> verifications;  // [result], --verify
+
+  Problem point(const FitResult& result) const { return at_point(problem, axis, result.max_value); }
+};
+
+// Checks the options against each other, then searches every variant's largest point.
+Fit search_fits(const FitOptions& options) {
   const int64_t budget = parse_bytes(options.budget);
   const FitAxis axis = options.search == "batch" ? FitAxis::batch : FitAxis::seq;
   Problem problem = options.problem;
@@ -92,113 +117,112 @@ int run_fit(const FitOptions& options) {
   const int64_t seq_step = ranks > 1 && problem.causal ? 2 * ranks : ranks;
   const DeviceEntry& entry = registry().device(options.backend);
   const ModelSource model = model_source(entry, DeviceOptions{.threads = options.threads}, ranks);
-  const int threads = model.threads;
+  Fit fit{entry, budget, axis, problem, ranks, model.threads, {}, 0, std::nullopt, {}};
 
   const auto start = std::chrono::steady_clock::now();
-  std::vector<FitResult> results;
   for (Variant variant : parse_variant_list(options.variants, "--variant"))
-    results.push_back(fit_in_budget(model, problem, variant, axis, budget, seq_step));
-  const double search_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    fit.results.push_back(fit_in_budget(model, problem, variant, axis, budget, seq_step));
+  fit.search_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
-  std::optional<int64_t> standard_max;
-  for (const FitResult& result : results)
-    if (result.variant == Variant::standard && result.max_value > 0) standard_max = result.max_value;
+  for (const FitResult& result : fit.results)
+    if (result.variant == Variant::standard && result.max_value > 0) fit.standard_max = result.max_value;
+  fit.verifications.resize(fit.results.size());
+  return fit;
+}
 
-  std::vector<std::optional<Verification>> verifications(results.size());
-  if (options.verify)
-    for (size_t i = 0; i < results.size(); ++i)
-      if (results[i].max_value > 0) {
-        Problem point = problem;
-        (axis == FitAxis::seq ? point.seq : point.batch) = results[i].max_value;
-        verifications[i] = verify_point(entry, point, results[i].variant, threads);
-      }
+// --verify: each variant's fitted point run on the backend.
+void verify_fits(Fit& fit) {
+  for (size_t i = 0; i < fit.results.size(); ++i)
+    if (fit.results[i].max_value > 0)
+      fit.verifications[i] = verify_point(fit.entry, fit.point(fit.results[i]), fit.results[i].variant, fit.threads);
+}
 
-  const std::string axis_key = axis == FitAxis::seq ? "max_seq" : "max_batch";
-  if (options.format == "json") {
-    ordered_json rows = ordered_json::array();
-    for (size_t i = 0; i < results.size(); ++i) {
-      const FitResult& result = results[i];
-      ordered_json row;
-      row["variant"] = std::string(to_string(result.variant));
-      row[axis_key] = result.max_value;
-      row["budget_bytes"] = result.budget_bytes;
-      row["model_peak_bytes"] = result.model_peak_bytes;
-      row["at_axis_limit"] = result.at_axis_limit;
-      row["cp"] = ranks;
-      if (result.max_value > 0) {
-        Problem point = problem;
-        (axis == FitAxis::seq ? point.seq : point.batch) = result.max_value;
-        const RingBytes ring = ring_bytes(point, ranks, result.variant);
-        row["sent_bytes"] = {{"forward_per_layer", ring.forward_sent_bytes},
-                             {"backward_per_layer", ring.backward_sent_bytes},
-                             {"stack", point.layers * (ring.forward_sent_bytes + ring.backward_sent_bytes)}};
-      }
-      if (standard_max) row["ratio_to_standard"] = double(result.max_value) / double(*standard_max);
-      if (verifications[i]) {
-        row["verify"]["status"] = verifications[i]->status;
-        if (!verifications[i]->reason.empty()) row["verify"]["reason"] = verifications[i]->reason;
-        if (verifications[i]->measured_peak_bytes) {
-          row["verify"]["measured_peak_bytes"] = *verifications[i]->measured_peak_bytes;
-          row["verify"]["fits"] = *verifications[i]->measured_peak_bytes <= budget;
-        }
-      }
-      rows.push_back(row);
-    }
-    Problem shown = problem;
-    (axis == FitAxis::seq ? shown.seq : shown.batch) = 0;
-    ordered_json document{{"schema_version", kSchemaVersion},
-                          {"command", "fit"},
-                          {"backend", entry.name},
-                          {"search", options.search},
-                          {"problem", problem_to_json(shown)},
-                          {"threads", threads},
-                          {"rows", rows}};
-    std::cout << document.dump(2) << '\n';
-    return 0;
+// One variant's row of `fit --format json`.
+ordered_json fit_row_json(const Fit& fit, const FitResult& result, const std::optional<Verification>& verification) {
+  ordered_json row;
+  row["variant"] = std::string(to_string(result.variant));
+  row[fit.axis == FitAxis::seq ? "max_seq" : "max_batch"] = result.max_value;
+  row["budget_bytes"] = result.budget_bytes;
+  row["model_peak_bytes"] = result.model_peak_bytes;
+  row["at_axis_limit"] = result.at_axis_limit;
+  row["cp"] = fit.ranks;
+  if (result.max_value > 0) {
+    const Problem point = fit.point(result);
+    const RingBytes ring = ring_bytes(point, fit.ranks, result.variant);
+    row["sent_bytes"] = {{"forward_per_layer", ring.forward_sent_bytes},
+                         {"backward_per_layer", ring.backward_sent_bytes},
+                         {"stack", point.layers * (ring.forward_sent_bytes + ring.backward_sent_bytes)}};
   }
+  if (fit.standard_max) row["ratio_to_standard"] = double(result.max_value) / double(*fit.standard_max);
+  if (verification) {
+    row["verify"]["status"] = verification->status;
+    if (!verification->reason.empty()) row["verify"]["reason"] = verification->reason;
+    if (verification->measured_peak_bytes) {
+      row["verify"]["measured_peak_bytes"] = *verification->measured_peak_bytes;
+      row["verify"]["fits"] = *verification->measured_peak_bytes <= fit.budget;
+    }
+  }
+  return row;
+}
 
+void print_fit_json(const Fit& fit, const std::string& search) {
+  ordered_json rows = ordered_json::array();
+  for (size_t i = 0; i < fit.results.size(); ++i) rows.push_back(fit_row_json(fit, fit.results[i], fit.verifications[i]));
+  ordered_json document{{"schema_version", kSchemaVersion},
+                        {"command", "fit"},
+                        {"backend", fit.entry.name},
+                        {"search", search},
+                        {"problem", problem_to_json(at_point(fit.problem, fit.axis, 0))},
+                        {"threads", fit.threads},
+                        {"rows", rows}};
+  std::cout << document.dump(2) << '\n';
+}
+
+// One variant's line of the table (the --cp and --verify columns where they are shown).
+std::vector<std::string> fit_line(const Fit& fit, const FitResult& result,
+                                  const std::optional<Verification>& verification, bool verify) {
+  std::vector<std::string> line = {
+      std::string(to_string(result.variant)),
+      result.max_value == 0 ? "none" : fmt::format("{}{}", result.max_value, result.at_axis_limit ? " (limit)" : ""),
+      result.max_value == 0 ? "-" : format_bytes(result.model_peak_bytes),
+      fit.standard_max ? fmt::format("{:.2f}x", double(result.max_value) / double(*fit.standard_max)) : "-"};
+  if (fit.ranks > 1) {
+    if (result.max_value > 0) {
+      const RingBytes ring = ring_bytes(fit.point(result), fit.ranks, result.variant);
+      line.insert(line.end(), {format_bytes(ring.forward_sent_bytes), format_bytes(ring.backward_sent_bytes)});
+    } else {
+      line.insert(line.end(), {"-", "-"});
+    }
+  }
+  if (verify) {
+    line.push_back(verification && verification->measured_peak_bytes ? format_bytes(*verification->measured_peak_bytes)
+                                                                       : "-");
+    line.push_back(verification ? verdict(*verification, fit.budget) : "-");
+  }
+  return line;
+}
+
+void print_fit_table(const Fit& fit, bool verify) {
+  const Problem& problem = fit.problem;
+  const FitAxis axis = fit.axis;
   const std::string fixed = axis == FitAxis::seq
                                 ? fmt::format("B={} H={} d={} L={}", problem.batch, problem.heads, problem.head_dim, problem.layers)
                                 : fmt::format("H={} N={} d={} L={}", problem.heads, problem.seq, problem.head_dim, problem.layers);
   const std::string workload = problem.workload();
   std::cout << fmt::format("largest {} within {} ({} bytes){}, {} model: {}{}{}{} {}, {} threads ({:.1f} ms)\n\n",
-                           axis == FitAxis::seq ? "N" : "B", format_bytes(budget), budget,
-                           ranks > 1 ? fmt::format(" per device, {} devices in a ring{}", ranks,
-                                                   problem.causal ? " (zig-zag)" : "")
-                                     : "",
-                           entry.name, fixed, workload.empty() ? "" : " ", workload, problem.causal ? " causal" : "",
-                           to_string(problem.dtype), threads, search_ms);
+                           axis == FitAxis::seq ? "N" : "B", format_bytes(fit.budget), fit.budget,
+                           fit.ranks > 1 ? fmt::format(" per device, {} devices in a ring{}", fit.ranks,
+                                                       problem.causal ? " (zig-zag)" : "")
+                                         : "",
+                           fit.entry.name, fixed, workload.empty() ? "" : " ", workload, problem.causal ? " causal" : "",
+                           to_string(problem.dtype), fit.threads, fit.search_ms);
   std::vector<std::string> header = {"variant", axis == FitAxis::seq ? "max N" : "max B", "model peak",
                                      "vs standard"};
-  if (ranks > 1) header.insert(header.end(), {"sent fwd/layer", "sent bwd/layer"});
-  if (options.verify) header.insert(header.end(), {"measured peak", "verify"});
+  if (fit.ranks > 1) header.insert(header.end(), {"sent fwd/layer", "sent bwd/layer"});
+  if (verify) header.insert(header.end(), {"measured peak", "verify"});
   std::vector<std::vector<std::string>> lines = {header};
-  for (size_t i = 0; i < results.size(); ++i) {
-    const FitResult& result = results[i];
-    std::vector<std::string> line = {
-        std::string(to_string(result.variant)),
-        result.max_value == 0 ? "none" : fmt::format("{}{}", result.max_value, result.at_axis_limit ? " (limit)" : ""),
-        result.max_value == 0 ? "-" : format_bytes(result.model_peak_bytes),
-        standard_max ? fmt::format("{:.2f}x", double(result.max_value) / double(*standard_max)) : "-"};
-    if (ranks > 1) {
-      if (result.max_value > 0) {
-        Problem point = problem;
-        (axis == FitAxis::seq ? point.seq : point.batch) = result.max_value;
-        const RingBytes ring = ring_bytes(point, ranks, result.variant);
-        line.insert(line.end(), {format_bytes(ring.forward_sent_bytes), format_bytes(ring.backward_sent_bytes)});
-      } else {
-        line.insert(line.end(), {"-", "-"});
-      }
-    }
-    if (options.verify) {
-      const auto& verification = verifications[i];
-      line.push_back(verification && verification->measured_peak_bytes ? format_bytes(*verification->measured_peak_bytes)
-                                                                         : "-");
-      line.push_back(verification ? verdict(*verification, budget) : "-");
-    }
-    lines.push_back(line);
-  }
+  for (size_t i = 0; i < fit.results.size(); ++i)
+    lines.push_back(fit_line(fit, fit.results[i], fit.verifications[i], verify));
   std::vector<size_t> widths(header.size(), 0);
   for (const auto& line : lines)
     for (size_t c = 0; c < line.size(); ++c) widths[c] = std::max(widths[c], line[c].size());
@@ -207,6 +231,15 @@ int run_fit(const FitOptions& options) {
     for (size_t c = 1; c < line.size(); ++c) text += fmt::format("  {:>{}}", line[c], widths[c]);
     std::cout << text << '\n';
   }
+}
+
+int run_fit(const FitOptions& options) {
+  Fit fit = search_fits(options);
+  if (options.verify) verify_fits(fit);
+  if (options.format == "json")
+    print_fit_json(fit, options.search);
+  else
+    print_fit_table(fit, options.verify);
   return 0;
 }
 

@@ -80,7 +80,8 @@ int64_t busiest_causal_pairs(const Problem& problem, int64_t ranks, SeqSplit spl
   return most;
 }
 
-int print_model(const ModelOptions& options) {
+// The problem as the options give it: --dtype, and B from --tokens where it is given.
+Problem model_problem(const ModelOptions& options) {
   Problem problem = options.problem;
   problem.dtype = parse_dtype(options.dtype);
   if (options.tokens) {
@@ -90,13 +91,29 @@ int print_model(const ModelOptions& options) {
     problem.batch = *options.tokens / problem.seq;
   }
   validate(problem);
+  return problem;
+}
+
+// What `model` shows: the problem, whole and as one device of a --cp ring holds it, and each
+// variant's model on the backend.
+struct ModelView {
+  const DeviceEntry& device;
+  Problem problem;
+  int64_t ranks = 1;  // --cp
+  Problem local;      // one device's of `ranks` (seq = N/P)
+  ModelParams params;
+  std::vector<VariantModel> models;
+};
+
+ModelView model_variants(const ModelOptions& options) {
+  const Problem problem = model_problem(options);
   const int64_t ranks = options.context_parallel;
   // One device of P holds the local problem (seq = N/P); its implementation sizes its workspace for it.
   const Problem local = local_problem(problem, ranks);
   const DeviceEntry& device = registry().device(options.backend);
-  const ModelParams params = device.offline_params(local, DeviceOptions{.threads = options.threads});
-  const int threads = params.threads;
-  std::vector<VariantModel> models;
+  ModelView view{device, problem, ranks, local, device.offline_params(local, DeviceOptions{.threads = options.threads}),
+                 {}};
+  const ModelParams& params = view.params;
   for (const auto& implementation :
        select_implementations(device, variant_names(parse_variant_list(options.variants, "--variant")))) {
     const Variant variant = implementation->variant();
@@ -110,60 +127,71 @@ int print_model(const ModelOptions& options) {
       m.ring = split.ring;
     }
     implementation->annotate(m.described);
-    models.push_back(m);
+    view.models.push_back(m);
   }
+  return view;
+}
 
-  if (options.format == "json") {
-    ordered_json rows = ordered_json::array();
-    for (const VariantModel& m : models) {
-      ordered_json row;
-      row["backend"] = device.name;
-      row["variant"] = std::string(to_string(m.variant));
-      row["problem"] = problem_to_json(problem);
-      if (threads > 0) row["threads"] = threads;
-      if (m.described.row_block > 0) {
-        row["tiling"] = {{"row_block", m.described.row_block}, {"col_block", m.described.col_block}};
-        if (m.described.diagonal_block > 0) row["tiling"]["diagonal_block"] = m.described.diagonal_block;
-      }
-      row["input_sets"] = params.input_sets;
-      // Context parallelism: what follows is one device's of `cp`, holding N/cp rows.
-      row["cp"] = ranks;
-      row["local_seq"] = local.seq;
-      row["sent_bytes"] = {{"forward_per_layer", m.ring.forward_sent_bytes},
-                           {"backward_per_layer", m.ring.backward_sent_bytes},
-                           {"stack", problem.layers * (m.ring.forward_sent_bytes + m.ring.backward_sent_bytes)}};
-      row["ring_bytes"] = {{"forward", m.ring.forward_ring_bytes},
-                           {"backward", m.ring.backward_ring_bytes},
-                           {"recompute_rows", m.ring.recompute_rows_bytes}};
-      if (problem.causal)
-        row["causal_pairs_per_head"] = {{"zigzag_busiest", busiest_causal_pairs(problem, ranks, SeqSplit::zigzag)},
-                                        {"contiguous_busiest", busiest_causal_pairs(problem, ranks, SeqSplit::contiguous)}};
-      row["per_layer"] = {{"output_bytes", m.layer.output_bytes},
-                          {"kept_bytes", m.layer.kept_bytes},
-                          {"held_bytes", m.layer.held_bytes},
-                          {"forward_workspace_bytes", m.layer.forward_workspace_bytes},
-                          {"backward_workspace_bytes", m.layer.backward_workspace_bytes},
-                          {"grad_bytes", m.layer.grad_bytes}};
-      row["memory"]["model"] = {{"peak_bytes", m.stack.peak_bytes},
-                                {"peak_phase", std::string(to_string(m.stack.peak_phase))},
-                                {"kept_bytes", m.stack.kept_bytes},
-                                {"by_tag", tags_json(m.stack.by_tag)}};
-      rows.push_back(row);
-    }
-    ordered_json document{{"schema_version", kSchemaVersion}, {"command", "model"}, {"rows", rows}};
-    std::cout << document.dump(2) << '\n';
-    return 0;
+// One variant's row of `model --format json`.
+ordered_json model_row_json(const ModelView& view, const VariantModel& m) {
+  const Problem& problem = view.problem;
+  ordered_json row;
+  row["backend"] = view.device.name;
+  row["variant"] = std::string(to_string(m.variant));
+  row["problem"] = problem_to_json(problem);
+  if (view.params.threads > 0) row["threads"] = view.params.threads;
+  if (m.described.row_block > 0) {
+    row["tiling"] = {{"row_block", m.described.row_block}, {"col_block", m.described.col_block}};
+    if (m.described.diagonal_block > 0) row["tiling"]["diagonal_block"] = m.described.diagonal_block;
   }
+  row["input_sets"] = view.params.input_sets;
+  // Context parallelism: what follows is one device's of `cp`, holding N/cp rows.
+  row["cp"] = view.ranks;
+  row["local_seq"] = view.local.seq;
+  row["sent_bytes"] = {{"forward_per_layer", m.ring.forward_sent_bytes},
+                       {"backward_per_layer", m.ring.backward_sent_bytes},
+                       {"stack", problem.layers * (m.ring.forward_sent_bytes + m.ring.backward_sent_bytes)}};
+  row["ring_bytes"] = {{"forward", m.ring.forward_ring_bytes},
+                       {"backward", m.ring.backward_ring_bytes},
+                       {"recompute_rows", m.ring.recompute_rows_bytes}};
+  if (problem.causal)
+    row["causal_pairs_per_head"] = {{"zigzag_busiest", busiest_causal_pairs(problem, view.ranks, SeqSplit::zigzag)},
+                                    {"contiguous_busiest", busiest_causal_pairs(problem, view.ranks, SeqSplit::contiguous)}};
+  row["per_layer"] = {{"output_bytes", m.layer.output_bytes},
+                      {"kept_bytes", m.layer.kept_bytes},
+                      {"held_bytes", m.layer.held_bytes},
+                      {"forward_workspace_bytes", m.layer.forward_workspace_bytes},
+                      {"backward_workspace_bytes", m.layer.backward_workspace_bytes},
+                      {"grad_bytes", m.layer.grad_bytes}};
+  row["memory"]["model"] = {{"peak_bytes", m.stack.peak_bytes},
+                            {"peak_phase", std::string(to_string(m.stack.peak_phase))},
+                            {"kept_bytes", m.stack.kept_bytes},
+                            {"by_tag", tags_json(m.stack.by_tag)}};
+  return row;
+}
 
-  const Row& tiles = models.front().described;
-  std::cout << fmt::format("memory model, {}: {}{}{}{}; input {} (Q, K, V, dO of each layer{}){}\n\n", device.name,
+void print_model_json(const ModelView& view) {
+  ordered_json rows = ordered_json::array();
+  for (const VariantModel& m : view.models) rows.push_back(model_row_json(view, m));
+  ordered_json document{{"schema_version", kSchemaVersion}, {"command", "model"}, {"rows", rows}};
+  std::cout << document.dump(2) << '\n';
+}
+
+// The table's heading: the backend, the problem, the split, the tiles and the inputs; with a causal
+// --cp split, how much busier than the mean its busiest device is.
+void print_model_heading(const ModelView& view) {
+  const Problem& problem = view.problem;
+  const ModelParams& params = view.params;
+  const int64_t ranks = view.ranks;
+  const Row& tiles = view.models.front().described;
+  std::cout << fmt::format("memory model, {}: {}{}{}{}; input {} (Q, K, V, dO of each layer{}){}\n\n", view.device.name,
                            problem.describe(),
                            ranks > 1 ? fmt::format(", split over {} devices (ring, {} rows each{}), per device", ranks,
-                                                   local.seq, problem.causal ? ", zig-zag" : "")
-                                     : "", threads > 0 ? fmt::format(", {} threads", threads) : "",
+                                                   view.local.seq, problem.causal ? ", zig-zag" : "")
+                                     : "", params.threads > 0 ? fmt::format(", {} threads", params.threads) : "",
                            tiles.row_block > 0 ? fmt::format(", tiles {}x{} (Br x Bc)", tiles.row_block, tiles.col_block)
                                                : "",
-                           format_bytes(params.input_sets * input_bytes(local)),
+                           format_bytes(params.input_sets * input_bytes(view.local)),
                            params.input_sets > 1 ? fmt::format(", {} sets rotated", params.input_sets) : "",
                            params.persistent_workspace_bytes > 0
                                ? fmt::format("; library workspace {}", format_bytes(params.persistent_workspace_bytes))
@@ -175,6 +203,13 @@ int print_model(const ModelOptions& options) {
     std::cout << fmt::format("causal work of the busiest device / the mean: zig-zag {:.3f}, a contiguous split {:.3f}\n\n",
                              zigzag / mean, contiguous / mean);
   }
+}
+
+// The table: a column per variant, a line per quantity, per layer (and the ring's, with --cp) and
+// for the stack.
+void print_model_table(const ModelView& view) {
+  const Problem& problem = view.problem;
+  const std::vector<VariantModel>& models = view.models;
   std::vector<std::vector<std::string>> lines;
   std::vector<std::string> header = {"per layer"};
   for (const VariantModel& m : models) header.emplace_back(to_string(m.variant));
@@ -185,14 +220,14 @@ int print_model(const ModelOptions& options) {
     lines.push_back(line);
   };
   add("  output O_i", [](const VariantModel& m) { return format_bytes(m.layer.output_bytes); });
-  add("  Q, K, V (inputs)", [&](const VariantModel&) { return format_bytes(saved_input_bytes_per_layer(local)); });
+  add("  Q, K, V (inputs)", [&](const VariantModel&) { return format_bytes(saved_input_bytes_per_layer(view.local)); });
   add("  kept (kept_per_layer)", [](const VariantModel& m) { return format_bytes(m.layer.kept_bytes); });
   add("  held until its backward", [](const VariantModel& m) { return format_bytes(m.layer.held_bytes); });
   add("  forward workspace", [](const VariantModel& m) { return format_bytes(m.layer.forward_workspace_bytes); });
   add("  backward workspace", [](const VariantModel& m) { return format_bytes(m.layer.backward_workspace_bytes); });
   add("  gradients dQ, dK, dV (+ extra)", [](const VariantModel& m) { return format_bytes(m.layer.grad_bytes); });
-  if (ranks > 1) {
-    lines.push_back({fmt::format("ring of {} devices, per device and layer", ranks)});
+  if (view.ranks > 1) {
+    lines.push_back({fmt::format("ring of {} devices, per device and layer", view.ranks)});
     add("  in forward workspace", [](const VariantModel& m) { return format_bytes(m.ring.forward_ring_bytes); });
     add("  in backward workspace", [](const VariantModel& m) {
       return format_bytes(m.ring.backward_ring_bytes + m.ring.recompute_rows_bytes);
@@ -207,7 +242,7 @@ int print_model(const ModelOptions& options) {
     add(fmt::format("    {} at peak", to_string(tag)),
         [tag](const VariantModel& m) { return format_bytes(m.stack.by_tag[tag]); });
   add("  kept after forward", [](const VariantModel& m) { return format_bytes(m.stack.kept_bytes); });
-  if (ranks > 1)
+  if (view.ranks > 1)
     add("  sent, forward + backward", [&problem](const VariantModel& m) {
       return format_bytes(problem.layers * (m.ring.forward_sent_bytes + m.ring.backward_sent_bytes));
     });
@@ -219,6 +254,16 @@ int print_model(const ModelOptions& options) {
       return fmt::format("{:.3f}", double(m.stack.peak_bytes) / double(standard->stack.peak_bytes));
     });
   print_table(std::cout, lines);
+}
+
+int print_model(const ModelOptions& options) {
+  const ModelView view = model_variants(options);
+  if (options.format == "json") {
+    print_model_json(view);
+    return 0;
+  }
+  print_model_heading(view);
+  print_model_table(view);
   return 0;
 }
 

@@ -353,6 +353,372 @@ class TimeBudget {
   bool spent_ = false;
 };
 
+// --resume reads --out back, so it needs a file of a format it can read, named for that format.
+void require_resumable_out(const RunFlags& flags) {
+  const bool lines_name = flags.out && flags.out->ends_with(".jsonl");
+  if (!flags.out || (flags.format != "json" && flags.format != "jsonl") || lines_name != (flags.format == "jsonl"))
+    throw UsageError("--resume reads --out back: it needs --out and --format json (a .json name) or jsonl (a .jsonl name)");
+}
+
+// The run's flags into the runner's options (after apply_profile, which may have set the sampling).
+void apply_run_flags(const RunFlags& flags, const SweepSpec& spec, RunOptions& options) {
+  options.sampling = spec.sampling;
+  options.seed = flags.seed;
+  options.input_scale = flags.input_scale;
+  options.check = !flags.no_check;
+  options.reference_flop_budget = flags.check_budget_gflop * 1e9;
+  options.cold = flags.cold;
+  if (flags.mem_limit) options.mem_limit_bytes = parse_bytes(*flags.mem_limit);
+}
+
+// The implementations a sweep runs on every configuration: owned, and by pointer and by name, in order.
+struct ChosenImplementations {
+  std::vector<std::unique_ptr<Implementation>> owned;
+  std::vector<Implementation*> list;
+  std::vector<std::string> names;
+};
+
+ChosenImplementations choose_implementations(const DeviceEntry& entry, const std::vector<std::string>& names) {
+  ChosenImplementations chosen;
+  chosen.owned = select_implementations(entry, names);
+  for (const auto& implementation : chosen.owned) {
+    chosen.list.push_back(implementation.get());
+    chosen.names.emplace_back(implementation->name());
+  }
+  return chosen;
+}
+
+// What this process runs of the sweep, and what an earlier run of its share left (--resume).
+struct SweepShare {
+  Shard shard;
+  SweepRecord sweep;
+  std::optional<ResultsFile> earlier;   // --out as an earlier run of this share left it (--resume)
+  std::vector<Problem> configurations;  // this shard's, in the sweep's order
+  std::vector<Problem> to_run;          // ... less those `earlier` holds whole
+  std::set<std::string> kept;           // describe() of those `earlier` holds whole: its rows are kept
+  size_t already_done() const { return configurations.size() - to_run.size(); }
+};
+
+// The whole sweep is dealt to the shards by modelled time; this process runs its share, in the
+// sweep's order, less what an earlier run of the same share finished (--resume). Says on stderr
+// which share it is, and how much of it was already done.
+SweepShare plan_share(const RunFlags& flags, const SweepSpec& spec, const RunOptions& options,
+                      const std::vector<Problem>& problems, const ChosenImplementations& chosen,
+                      const DeviceEntry& entry) {
+  SweepShare s;
+  s.shard = flags.shard ? parse_shard(*flags.shard, process_environment()) : Shard{};
+  std::vector<double> costs;
+  for (const Problem& problem : problems)
+    costs.push_back(modelled_run_seconds(problem, int(chosen.list.size()), spec.sampling, entry.nominal_flop_rate));
+  nlohmann::ordered_json settings = run_settings(flags, options);
+  if (flags.rounds > 1) settings["rounds"] = flags.rounds;  // one round: the hash of runs made before rounds
+  s.sweep = make_sweep_record(spec, std::move(settings), chosen.names, costs, s.shard);
+  s.earlier = flags.resume ? earlier_results(*flags.out, s.sweep) : std::nullopt;
+  const std::vector<bool> done = s.earlier ? whole_configurations(problems, chosen.names, spec.backend, s.earlier->rows)
+                                           : std::vector<bool>(problems.size(), false);
+  for (size_t i = 0; i < problems.size(); ++i) {
+    if (s.sweep.plan[i] != s.shard.index) continue;
+    s.configurations.push_back(problems[i]);
+    if (!done[i]) s.to_run.push_back(problems[i]);
+    else s.kept.insert(problems[i].describe());
+  }
+  if (s.shard.count > 1)
+    fmt::print(stderr, "flashbench: shard {}/{} (from {}): {} of the sweep's {}\n", s.shard.index, s.shard.count,
+               s.shard.source, s.configurations.size(), counted(int64_t(problems.size()), "configuration"));
+  if (s.earlier)
+    fmt::print(stderr, "flashbench: resuming '{}': {} of {} already there, {} to run\n", *flags.out,
+               s.already_done(), counted(int64_t(s.configurations.size()), "configuration"), s.to_run.size());
+  return s;
+}
+
+// --peak or --peak-file: the CPU ceilings into meta.cpu_peak, and the sgemm ceiling the rows' rates
+// are read against; nothing without them. Measured with the threads of the device just opened.
+std::optional<double> measure_sgemm_ceiling(const RunFlags& flags, const DeviceEntry& entry,
+                                            nlohmann::ordered_json& meta) {
+  if (!flags.measure_peak && !flags.peak_file) return std::nullopt;
+  if (!entry.measure_peak)
+    throw UsageError(fmt::format("--peak and --peak-file are for backends that measure their ceilings ({}), not {}",
+                                 registry().device_with_peak().name, entry.name));
+  const PeakReport peak = cpu_ceilings(flags, entry, omp_get_max_threads(), meta);
+  meta["cpu_peak"] = ceilings_json(peak, flags.measure_peak ? "measured" : *flags.peak_file);
+  return sgemm_ceiling(peak);
+}
+
+// meta.plugins: which libraries the rows of plugin implementations came from (absent when none was
+// loaded).
+void describe_plugins(nlohmann::ordered_json& meta, const std::vector<PluginDescription>& plugins) {
+  for (const PluginDescription& plugin : plugins) {
+    nlohmann::ordered_json names = nlohmann::ordered_json::array();
+    for (const PluginOffer& offer : plugin.implementations) names.push_back(offer.name);
+    meta["plugins"].push_back(
+        {{"path", plugin.path}, {"name", plugin.name}, {"abi_version", plugin.abi_version}, {"implementations", names}});
+  }
+}
+
+// The environment's warnings, said once the sweep starts, every flag accepted: a usage error stays
+// its one line. What the report wrote so far goes out first, so that stdout and stderr sharing a
+// file or a terminal do not interleave the warning into the middle of a table.
+void print_warnings(const std::vector<std::string>& warnings) {
+  if (!warnings.empty()) {
+    std::cout.flush();
+    std::fflush(stdout);
+  }
+  for (const std::string& warning : warnings) fmt::print(stderr, "flashbench: warning: {}\n", warning);
+}
+
+// The meta known only at the end: the load average then, and what other processes used while this
+// one ran (what compare's load bound reads first).
+void record_end_environment(Reporter& reporter, const EnvironmentSource& host,
+                            const std::optional<CpuTimes>& cpu_times_start) {
+  reporter.set_meta_at_end("/environment/load_average_end", load_average_json(read_load_average(host)));
+  const std::optional<CpuTimes> cpu_times_end = read_cpu_times(host);
+  const std::optional<double> others = cpu_times_start && cpu_times_end
+                                           ? other_cpu_load(*cpu_times_start, *cpu_times_end) : std::nullopt;
+  reporter.set_meta_at_end("/environment/other_cpu_load", others ? nlohmann::ordered_json(*others) : nullptr);
+}
+
+// The report's rows as they go to the reporter: whether any failed (the exit code), and how many (the
+// line that says where they went).
+class RowWriter {
+ public:
+  explicit RowWriter(Reporter& reporter) : reporter_(reporter) {}
+  void add(const Row& row) {
+    any_failed_ |= row.status == Status::failed;
+    reporter_.add(row);
+    ++count_;
+  }
+  Reporter& reporter() { return reporter_; }
+  bool any_failed() const { return any_failed_; }
+  size_t count() const { return count_; }
+
+ private:
+  Reporter& reporter_;
+  bool any_failed_ = false;
+  size_t count_ = 0;
+};
+
+// The earlier rows of whole configurations, as they were; a configuration cut short runs again.
+void keep_earlier_rows(const SweepShare& share, RowWriter& rows) {
+  if (!share.earlier) return;
+  for (const Row& row : share.earlier->rows)
+    if (share.kept.contains(row.problem.describe())) rows.add(row);
+}
+
+// Each of the rows' memory timelines into the --trace directory.
+void write_traces(const std::string& directory, const std::vector<Row>& rows) {
+  for (const Row& row : rows) {
+    try {  // a trace lost is said, not worth the sweep's results
+      write_trace_file(directory, row);
+    } catch (const RuntimeFailure& e) {
+      fmt::print(stderr, "flashbench: warning: --trace: {}\n", e.what());
+    }
+  }
+}
+
+// The share's configurations run round after round: the runners (the first round's, which checks
+// and traces, and the later rounds', which only time), the progress, the time budget, and what the
+// rounds gathered, until each configuration's rows are reported.
+class SweepRun {
+ public:
+  SweepRun(const RunFlags& flags, const SweepSpec& spec, const DeviceEntry& entry, Device& device,
+           const RunOptions& options, const std::vector<Problem>& to_run, const ChosenImplementations& chosen,
+           RowWriter& rows, Destination& destination, const StopOnSignal& stop,
+           std::optional<double> sgemm_ceiling_gflops);
+  SweepRun(const SweepRun&) = delete;  // the runners call back into it
+  SweepRun& operator=(const SweepRun&) = delete;
+
+  void run_rounds();
+  // The progress line off, the configurations the budget cut after some rounds reported with the
+  // rounds they ran, and those not run named in the report.
+  void finish();
+  // What the run says at its end on stderr, and its exit code. `exported`: Exports::describe().
+  int conclude(const std::string& exported) const;
+
+ private:
+  static RunOptions timing_options(RunOptions options);
+  std::optional<SweepProgress> make_progress(const SweepSpec& spec, const DeviceEntry& entry) const;
+  TimeBudget make_budget(const SweepSpec& spec, const DeviceEntry& entry) const;
+  bool go_on() const { return !stop_.received() && !budget_.spent(); }
+  void run_first_round(size_t index);
+  void run_later_round(size_t index, int round);
+  void report_configuration(size_t index);
+
+  const RunFlags& flags_;
+  const double max_noise_;
+  const std::vector<Problem>& to_run_;
+  const ChosenImplementations& chosen_;
+  RowWriter& rows_;
+  Destination& destination_;
+  const StopOnSignal& stop_;
+  const std::optional<double> sgemm_ceiling_gflops_;
+  Runner runner_;
+  Runner timing_runner_;  // rounds after the first only time: the first checked the outputs and recorded the traces
+  std::optional<SweepProgress> progress_;
+  TimeBudget budget_;
+  std::vector<ConfigurationRounds> configurations_;
+  size_t finished_ = 0;  // configurations whose every round is done, reported
+  // Which configuration and round the runners are on, and the implementations they were given.
+  size_t current_index_ = 0;
+  int current_round_ = 0;
+  std::vector<Implementation*> current_list_;
+};
+
+SweepRun::SweepRun(const RunFlags& flags, const SweepSpec& spec, const DeviceEntry& entry, Device& device,
+                   const RunOptions& options, const std::vector<Problem>& to_run, const ChosenImplementations& chosen,
+                   RowWriter& rows, Destination& destination, const StopOnSignal& stop,
+                   std::optional<double> sgemm_ceiling_gflops)
+    : flags_(flags),
+      max_noise_(spec.sampling.max_noise),
+      to_run_(to_run),
+      chosen_(chosen),
+      rows_(rows),
+      destination_(destination),
+      stop_(stop),
+      sgemm_ceiling_gflops_(sgemm_ceiling_gflops),
+      runner_(device, options),
+      timing_runner_(device, timing_options(options)),
+      progress_(make_progress(spec, entry)),
+      budget_(make_budget(spec, entry)),
+      configurations_(to_run.size()) {
+  const auto report_start = [this](const Problem& problem, size_t k) {
+    if (progress_) progress_->starting(current_index_, current_round_, k, current_list_[k]->name(), problem);
+  };
+  runner_.on_start(report_start);
+  timing_runner_.on_start(report_start);
+}
+
+RunOptions SweepRun::timing_options(RunOptions options) {
+  options.check = false;
+  options.record_timeline = false;
+  return options;
+}
+
+// Progress on a terminal, or wherever --progress asks: never into a pipe or a log unasked.
+std::optional<SweepProgress> SweepRun::make_progress(const SweepSpec& spec, const DeviceEntry& entry) const {
+  const bool terminal = isatty(STDERR_FILENO);
+  if (!flags_.progress && !(terminal && to_run_.size() * chosen_.list.size() * size_t(flags_.rounds) > 1))
+    return std::nullopt;
+  std::vector<SweepProgress::Configuration> sweep_configurations;
+  for (const Problem& problem : to_run_)
+    sweep_configurations.push_back({problem, modelled_run_seconds(problem, 1, spec.sampling, entry.nominal_flop_rate),
+                                    runner_.reference_flop(problem)});
+  return SweepProgress(stderr, terminal, std::move(sweep_configurations), chosen_.names, flags_.rounds,
+                       RunEstimate(spec.sampling, entry.nominal_flop_rate));
+}
+
+// A step's share of the budget follows its work: its passes at the floor of the stopping rule
+// (the --max-time clamp would give every configuration alike the same share).
+TimeBudget SweepRun::make_budget(const SweepSpec& spec, const DeviceEntry& entry) const {
+  std::vector<double> step_weights;
+  SamplingPolicy floor_policy = spec.sampling;
+  floor_policy.max_time_s = 0;
+  for (const Problem& problem : to_run_)
+    step_weights.push_back(modelled_run_seconds(problem, int(chosen_.list.size()), floor_policy, entry.nominal_flop_rate));
+  return TimeBudget(flags_.time_budget_s, std::move(step_weights), flags_.rounds);
+}
+
+void SweepRun::run_rounds() {
+  // Round by round over the whole share, so that what changes on the machine during the run falls
+  // on every configuration's rounds alike rather than on one configuration's.
+  for (int round = 0; round < flags_.rounds && go_on(); ++round) {
+    for (size_t index = 0; index < to_run_.size() && go_on(); ++index) {
+      current_index_ = index;
+      current_round_ = round;
+      if (budget_.limited()) {
+        const auto deadline = budget_.deadline(round, index);
+        if (budget_.spent()) break;
+        runner_.set_deadlines(deadline, budget_.end());
+        timing_runner_.set_deadlines(deadline, budget_.end());
+      }
+      if (round == 0)
+        run_first_round(index);
+      else
+        run_later_round(index, round);
+      if (round + 1 == flags_.rounds) report_configuration(index);
+    }
+  }
+}
+
+// Every implementation measured, checked and (--trace) traced.
+void SweepRun::run_first_round(size_t index) {
+  ConfigurationRounds& configuration = configurations_[index];
+  current_list_ = chosen_.list;
+  configuration.add_first(runner_.run(to_run_[index], chosen_.list));
+  if (progress_) progress_->finished(index, 0, configuration.rows);
+  if (flags_.trace) write_traces(*flags_.trace, configuration.rows);
+}
+
+// The implementations still ok timed again, each round starting from another, so that none is
+// always first.
+void SweepRun::run_later_round(size_t index, int round) {
+  ConfigurationRounds& configuration = configurations_[index];
+  std::vector<size_t> order;
+  for (size_t k = 0; k < chosen_.list.size(); ++k)
+    if (configuration.rows[k].status == Status::ok) order.push_back(k);
+  if (!order.empty()) std::rotate(order.begin(), order.begin() + (round % order.size()), order.end());
+  std::vector<Implementation*> timed;
+  for (size_t k : order) timed.push_back(chosen_.list[k]);
+  current_list_ = timed;
+  const std::vector<Row> rows = timing_runner_.run(to_run_[index], timed);
+  for (size_t i = 0; i < order.size(); ++i) configuration.add(order[i], rows[i], round);
+  if (progress_) progress_->finished(index, round, rows);
+}
+
+// Configuration `index`'s rows, with the rounds it ran, to the reporter, and its block out now,
+// not when the next one is done; the progress line off the screen first, so that no frozen
+// "[k/n] ..." stays above the table.
+void SweepRun::report_configuration(size_t index) {
+  for (Row& row : configurations_[index].finish(flags_.rounds, max_noise_)) {
+    row.peak_gflops = sgemm_ceiling_gflops_;
+    rows_.add(row);
+  }
+  if (progress_) progress_->clear();
+  rows_.reporter().end_configuration();
+  destination_.stream().flush();
+  finished_ = index + 1;
+}
+
+void SweepRun::finish() {
+  if (progress_) progress_->finish();
+  if (budget_.spent() && flags_.rounds > 1)
+    // The configurations that ran some rounds before the budget ran out: their rows with those rounds.
+    for (size_t index = finished_; index < to_run_.size() && !configurations_[index].rows.empty(); ++index)
+      report_configuration(index);
+  if (stop_.received() || budget_.spent()) {
+    nlohmann::ordered_json not_run = nlohmann::ordered_json::array();
+    for (size_t index = finished_; index < to_run_.size(); ++index) not_run.push_back(to_run_[index].describe());
+    rows_.reporter().mark_incomplete(not_run);
+  }
+}
+
+int SweepRun::conclude(const std::string& exported) const {
+  // Where the results went, when not to the screen: a silent success looks like a lost result.
+  if (!stop_.received() && (flags_.out || !exported.empty())) {
+    std::string where = flags_.out ? fmt::format("'{}'", *flags_.out) : std::string();
+    if (!exported.empty()) where += flags_.out ? ", and " + exported : exported;
+    fmt::print(stderr, "flashbench: {} written to {}\n", counted(int64_t(rows_.count()), "row"), where);
+  }
+  if (budget_.spent() && !stop_.received())
+    fmt::print(stderr, "flashbench: warning: --time-budget {:g} s spent after {:.1f} s: {} of {} finished, the rest not "
+                       "run{}\n",
+               budget_.seconds(), budget_.elapsed_s(), finished_, counted(int64_t(to_run_.size()), "configuration"),
+               flags_.out ? " (the file lists them: meta.not_run)" : "");
+  else if (budget_.limited() && budget_.elapsed_s() > budget_.seconds() && !stop_.received())
+    // What the budget cannot cut: the float64 checks, set-up, the measured pass and one sample of each.
+    fmt::print(stderr, "flashbench: warning: the run took {:.1f} s of its {:g} s --time-budget: the float64 checks, "
+                       "set-up and one sample of each implementation are not cut (--no-check or fewer configurations "
+                       "make it shorter)\n",
+               budget_.elapsed_s(), budget_.seconds());
+  if (stop_.received()) {
+    fmt::print(stderr, "flashbench: stopped by {}: {} of {} finished{}\n",
+               stop_.received() == SIGINT ? "SIGINT" : "SIGTERM", finished_,
+               counted(int64_t(to_run_.size()), "configuration"),
+               flags_.out ? fmt::format(", written to '{}'", *flags_.out) : "");
+    return 128 + stop_.received();
+  }
+  return rows_.any_failed() ? 1 : 0;
+}
+
 int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   // Before anything asks the registry: a plugin's implementations are named like the built-in ones.
   const std::vector<PluginDescription> plugins = load_plugins(flags.plugins);
@@ -364,60 +730,22 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   // Implementations by name (--impl) or the default one of each variant (--variant), checked before
   // the device opens so that a typo costs nothing.
   const std::vector<std::string> names = spec.implementations.empty() ? variant_names(spec.variants) : spec.implementations;
-  std::vector<std::unique_ptr<Implementation>> implementations = select_implementations(entry, names);
-  if (flags.resume) {
-    const bool lines_name = flags.out && flags.out->ends_with(".jsonl");
-    if (!flags.out || (flags.format != "json" && flags.format != "jsonl") || lines_name != (flags.format == "jsonl"))
-      throw UsageError("--resume reads --out back: it needs --out and --format json (a .json name) or jsonl (a .jsonl name)");
-  }
+  const ChosenImplementations chosen = choose_implementations(entry, names);
+  if (flags.resume) require_resumable_out(flags);
 
-  options.sampling = spec.sampling;
-  options.seed = flags.seed;
-  options.input_scale = flags.input_scale;
-  options.check = !flags.no_check;
-  options.reference_flop_budget = flags.check_budget_gflop * 1e9;
-  options.cold = flags.cold;
-  if (flags.mem_limit) options.mem_limit_bytes = parse_bytes(*flags.mem_limit);
+  apply_run_flags(flags, spec, options);
   // What the run writes must be writable before anything is measured.
   if (flags.out) check_writable(*flags.out);
   Exports exports(flags.exports, flags.out);
   if (flags.trace && !flags.dry_run) prepare_trace_directory(*flags.trace);  // a dry run creates nothing
   options.record_timeline = flags.trace.has_value();
 
-  // The whole sweep is dealt to the shards by modelled time; this process runs its share, in the
-  // sweep's order, less what an earlier run of the same share finished (--resume).
-  const Shard shard = flags.shard ? parse_shard(*flags.shard, process_environment()) : Shard{};
-  std::vector<std::string> implementation_names;
-  for (const auto& implementation : implementations) implementation_names.emplace_back(implementation->name());
-  std::vector<double> costs;
-  for (const Problem& problem : problems)
-    costs.push_back(modelled_run_seconds(problem, int(implementations.size()), spec.sampling, entry.nominal_flop_rate));
-  nlohmann::ordered_json settings = run_settings(flags, options);
-  if (flags.rounds > 1) settings["rounds"] = flags.rounds;  // one round: the hash of runs made before rounds
-  const SweepRecord sweep = make_sweep_record(spec, std::move(settings), implementation_names, costs, shard);
-  const std::optional<ResultsFile> earlier = flags.resume ? earlier_results(*flags.out, sweep) : std::nullopt;
-  const std::vector<bool> done = earlier ? whole_configurations(problems, implementation_names, spec.backend, earlier->rows)
-                                         : std::vector<bool>(problems.size(), false);
-  std::vector<Problem> share, to_run;
-  for (size_t i = 0; i < problems.size(); ++i) {
-    if (sweep.plan[i] != shard.index) continue;
-    share.push_back(problems[i]);
-    if (!done[i]) to_run.push_back(problems[i]);
-  }
-  if (shard.count > 1)
-    fmt::print(stderr, "flashbench: shard {}/{} (from {}): {} of the sweep's {}\n", shard.index, shard.count,
-               shard.source, share.size(), counted(int64_t(problems.size()), "configuration"));
-  if (earlier)
-    fmt::print(stderr, "flashbench: resuming '{}': {} of {} already there, {} to run\n", *flags.out,
-               share.size() - to_run.size(), counted(int64_t(share.size()), "configuration"), to_run.size());
-
-  std::vector<Implementation*> chosen;
-  for (const auto& implementation : implementations) chosen.push_back(implementation.get());
+  const SweepShare share = plan_share(flags, spec, options, problems, chosen, entry);
   if (flags.dry_run) {
     std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = spec.threads, .index = flags.device_index});
     const DryRun dry_run{.backend = spec.backend, .nominal_flop_rate = entry.nominal_flop_rate, .options = options,
-                         .rounds = flags.rounds, .already_done = share.size() - to_run.size()};
-    return print_dry_run(std::cout, flags.format, dry_run, *device, to_run, chosen);
+                         .rounds = flags.rounds, .already_done = share.already_done()};
+    return print_dry_run(std::cout, flags.format, dry_run, *device, share.to_run, chosen.list);
   }
 
   // Read before this process loads the machine (the device, the ceilings).
@@ -425,199 +753,36 @@ int run_sweep(const RunFlags& flags, const std::vector<std::string>& argv) {
   const HostEnvironment environment = read_host_environment(host);
   const std::optional<CpuTimes> cpu_times_start = read_cpu_times(host);
   std::unique_ptr<Device> device = entry.open(DeviceOptions{.threads = spec.threads, .index = flags.device_index});
-  const int threads = omp_get_max_threads();
 
-  std::optional<double> sgemm_ceiling_gflops;
   nlohmann::ordered_json meta = make_meta(argv);
   device->describe(meta);
-  if (flags.measure_peak || flags.peak_file) {
-    if (!entry.measure_peak)
-      throw UsageError(fmt::format("--peak and --peak-file are for backends that measure their ceilings ({}), not {}",
-                                   registry().device_with_peak().name, entry.name));
-    const PeakReport peak = cpu_ceilings(flags, entry, threads, meta);
-    meta["cpu_peak"] = ceilings_json(peak, flags.measure_peak ? "measured" : *flags.peak_file);
-    sgemm_ceiling_gflops = sgemm_ceiling(peak);
-  }
-  meta["sweep"] = to_json(sweep);
+  const std::optional<double> sgemm_ceiling_gflops = measure_sgemm_ceiling(flags, entry, meta);
+  meta["sweep"] = to_json(share.sweep);
   meta["environment"] = to_json(environment);
   const std::vector<std::string> warnings = environment_warnings(environment);
   meta["warnings"] = warnings;
-  if (earlier) meta["resumed_from"] = earlier_runs(earlier->meta);
-  // Which libraries the rows of plugin implementations came from (absent when none was loaded).
-  for (const PluginDescription& plugin : plugins) {
-    nlohmann::ordered_json names = nlohmann::ordered_json::array();
-    for (const PluginOffer& offer : plugin.implementations) names.push_back(offer.name);
-    meta["plugins"].push_back(
-        {{"path", plugin.path}, {"name", plugin.name}, {"abi_version", plugin.abi_version}, {"implementations", names}});
-  }
+  if (share.earlier) meta["resumed_from"] = earlier_runs(share.earlier->meta);
+  describe_plugins(meta, plugins);
 
   // From here a signal stops the sweep in order: the rows kept and finished are written.
   const StopOnSignal stop;
-  Destination destination(flags.out, flags.format, earlier.has_value());
+  Destination destination(flags.out, flags.format, share.earlier.has_value());
   std::unique_ptr<Reporter> reporter = exports.beside(make_reporter(
       flags.format, destination.stream(), destination.terminal(), table_width_for(flags.wide, destination.terminal())));
   reporter->begin(meta);
-  bool any_failed = false;
-  size_t rows_written = 0;  // for the line that says where they went
-  if (earlier) {
-    // The earlier rows of whole configurations, as they were; a configuration cut short runs again.
-    std::set<std::string> kept;
-    for (size_t i = 0; i < problems.size(); ++i)
-      if (done[i] && sweep.plan[i] == shard.index) kept.insert(problems[i].describe());
-    for (const Row& row : earlier->rows)
-      if (kept.contains(row.problem.describe())) {
-        any_failed |= row.status == Status::failed;
-        reporter->add(row);
-        ++rows_written;
-      }
-  }
+  RowWriter rows(*reporter);
+  keep_earlier_rows(share, rows);
   destination.publish();
-  // Said once the sweep starts, every flag accepted: a usage error stays its one line. What the
-  // report wrote so far goes out first, so that stdout and stderr sharing a file or a terminal
-  // do not interleave the warning into the middle of a table.
-  if (!warnings.empty()) {
-    std::cout.flush();
-    std::fflush(stdout);
-  }
-  for (const std::string& warning : warnings) fmt::print(stderr, "flashbench: warning: {}\n", warning);
+  print_warnings(warnings);
 
-  Runner runner(*device, options);
-  // Rounds after the first only time: the first checked the outputs and recorded the traces.
-  RunOptions timing_options = options;
-  timing_options.check = false;
-  timing_options.record_timeline = false;
-  Runner timing_runner(*device, timing_options);
-  // Progress on a terminal, or wherever --progress asks: never into a pipe or a log unasked.
-  const bool terminal = isatty(STDERR_FILENO);
-  std::optional<SweepProgress> progress;
-  if (flags.progress || (terminal && to_run.size() * chosen.size() * size_t(flags.rounds) > 1)) {
-    std::vector<SweepProgress::Configuration> sweep_configurations;
-    for (const Problem& problem : to_run)
-      sweep_configurations.push_back({problem, modelled_run_seconds(problem, 1, spec.sampling, entry.nominal_flop_rate),
-                                      runner.reference_flop(problem)});
-    progress.emplace(stderr, terminal, std::move(sweep_configurations), implementation_names, flags.rounds,
-                     RunEstimate(spec.sampling, entry.nominal_flop_rate));
-  }
-  // Which configuration and round the runners are on, and the implementations they were given.
-  size_t current_index = 0;
-  int current_round = 0;
-  std::vector<Implementation*> current_list;
-  const auto report_start = [&](const Problem& problem, size_t k) {
-    if (progress) progress->starting(current_index, current_round, k, current_list[k]->name(), problem);
-  };
-  runner.on_start(report_start);
-  timing_runner.on_start(report_start);
-  std::vector<ConfigurationRounds> configurations(to_run.size());
-  size_t finished = 0;  // configurations whose every round is done, reported
-  // A step's share of the budget follows its work: its passes at the floor of the stopping rule
-  // (the --max-time clamp would give every configuration alike the same share).
-  std::vector<double> step_weights;
-  SamplingPolicy floor_policy = spec.sampling;
-  floor_policy.max_time_s = 0;
-  for (const Problem& problem : to_run)
-    step_weights.push_back(modelled_run_seconds(problem, int(chosen.size()), floor_policy, entry.nominal_flop_rate));
-  TimeBudget budget(flags.time_budget_s, std::move(step_weights), flags.rounds);
-  // Configuration `index`'s rows, with the rounds it ran, to the reporter, and its block out now,
-  // not when the next one is done; the progress line off the screen first, so that no frozen
-  // "[k/n] ..." stays above the table.
-  const auto report_configuration = [&](size_t index) {
-    for (Row& row : configurations[index].finish(flags.rounds, spec.sampling.max_noise)) {
-      row.peak_gflops = sgemm_ceiling_gflops;
-      any_failed |= row.status == Status::failed;
-      reporter->add(row);
-      ++rows_written;
-    }
-    if (progress) progress->clear();
-    reporter->end_configuration();
-    destination.stream().flush();
-    finished = index + 1;
-  };
-  const auto go_on = [&] { return !stop.received() && !budget.spent(); };
-  // Round by round over the whole share, so that what changes on the machine during the run falls
-  // on every configuration's rounds alike rather than on one configuration's.
-  for (int round = 0; round < flags.rounds && go_on(); ++round) {
-    for (size_t index = 0; index < to_run.size() && go_on(); ++index) {
-      const Problem& problem = to_run[index];
-      current_index = index;
-      current_round = round;
-      ConfigurationRounds& configuration = configurations[index];
-      if (budget.limited()) {
-        const auto deadline = budget.deadline(round, index);
-        if (budget.spent()) break;
-        runner.set_deadlines(deadline, budget.end());
-        timing_runner.set_deadlines(deadline, budget.end());
-      }
-      if (round == 0) {
-        current_list = chosen;
-        configuration.add_first(runner.run(problem, chosen));
-        if (progress) progress->finished(index, round, configuration.rows);
-        if (flags.trace)
-          for (const Row& row : configuration.rows) {
-            try {  // a trace lost is said, not worth the sweep's results
-              write_trace_file(*flags.trace, row);
-            } catch (const RuntimeFailure& e) {
-              fmt::print(stderr, "flashbench: warning: --trace: {}\n", e.what());
-            }
-          }
-      } else {
-        // The implementations still ok, each round starting from another, so that none is always first.
-        std::vector<size_t> order;
-        for (size_t k = 0; k < chosen.size(); ++k)
-          if (configuration.rows[k].status == Status::ok) order.push_back(k);
-        if (!order.empty()) std::rotate(order.begin(), order.begin() + (round % order.size()), order.end());
-        std::vector<Implementation*> timed;
-        for (size_t k : order) timed.push_back(chosen[k]);
-        current_list = timed;
-        const std::vector<Row> rows = timing_runner.run(problem, timed);
-        for (size_t i = 0; i < order.size(); ++i) configuration.add(order[i], rows[i], round);
-        if (progress) progress->finished(index, round, rows);
-      }
-      if (round + 1 == flags.rounds) report_configuration(index);
-    }
-  }
-  if (progress) progress->finish();
-  if (budget.spent() && flags.rounds > 1)
-    // The configurations that ran some rounds before the budget ran out: their rows with those rounds.
-    for (size_t index = finished; index < to_run.size() && !configurations[index].rows.empty(); ++index)
-      report_configuration(index);
-  if (stop.received() || budget.spent()) {
-    nlohmann::ordered_json not_run = nlohmann::ordered_json::array();
-    for (size_t index = finished; index < to_run.size(); ++index) not_run.push_back(to_run[index].describe());
-    reporter->mark_incomplete(not_run);
-  }
-  reporter->set_meta_at_end("/environment/load_average_end", load_average_json(read_load_average(host)));
-  // What other processes used while this one ran: what compare's load bound reads first.
-  const std::optional<CpuTimes> cpu_times_end = read_cpu_times(host);
-  const std::optional<double> others = cpu_times_start && cpu_times_end
-                                           ? other_cpu_load(*cpu_times_start, *cpu_times_end) : std::nullopt;
-  reporter->set_meta_at_end("/environment/other_cpu_load", others ? nlohmann::ordered_json(*others) : nullptr);
+  SweepRun run(flags, spec, entry, *device, options, share.to_run, chosen, rows, destination, stop, sgemm_ceiling_gflops);
+  run.run_rounds();
+  run.finish();
+  record_end_environment(*reporter, host, cpu_times_start);
   reporter->finish();
   destination.commit();
   exports.commit();
-  // Where the results went, when not to the screen: a silent success looks like a lost result.
-  if (const std::string exported = exports.describe(); !stop.received() && (flags.out || !exported.empty())) {
-    std::string where = flags.out ? fmt::format("'{}'", *flags.out) : std::string();
-    if (!exported.empty()) where += flags.out ? ", and " + exported : exported;
-    fmt::print(stderr, "flashbench: {} written to {}\n", counted(int64_t(rows_written), "row"), where);
-  }
-  if (budget.spent() && !stop.received())
-    fmt::print(stderr, "flashbench: warning: --time-budget {:g} s spent after {:.1f} s: {} of {} finished, the rest not "
-                       "run{}\n",
-               budget.seconds(), budget.elapsed_s(), finished, counted(int64_t(to_run.size()), "configuration"),
-               flags.out ? " (the file lists them: meta.not_run)" : "");
-  else if (budget.limited() && budget.elapsed_s() > budget.seconds() && !stop.received())
-    // What the budget cannot cut: the float64 checks, set-up, the measured pass and one sample of each.
-    fmt::print(stderr, "flashbench: warning: the run took {:.1f} s of its {:g} s --time-budget: the float64 checks, "
-                       "set-up and one sample of each implementation are not cut (--no-check or fewer configurations "
-                       "make it shorter)\n",
-               budget.elapsed_s(), budget.seconds());
-  if (stop.received()) {
-    fmt::print(stderr, "flashbench: stopped by {}: {} of {} finished{}\n",
-               stop.received() == SIGINT ? "SIGINT" : "SIGTERM", finished, counted(int64_t(to_run.size()), "configuration"),
-               flags.out ? fmt::format(", written to '{}'", *flags.out) : "");
-    return 128 + stop.received();
-  }
-  return any_failed ? 1 : 0;
+  return run.conclude(exports.describe());
 }
 
 }  // namespace

@@ -659,6 +659,15 @@ class Measurement {
     }
     timer_->mark();
   }
+  // The inputs (every set), their hashes and hazards, the layer stack and the timer.
+  void set_up();
+  // The first pass, untimed by the samples: memory (the ledger and the outside view) and the
+  // outputs for the check, which it then judges.
+  void measured_pass(const std::optional<Reference>& reference);
+  // dQ (and dK, dV where the plan compares them) of the plan's part of layer 0, for the check.
+  void capture_gradients(const LayerStack::Gradients& gradients, const ReferencePlan& plan, Captured& captured) const;
+  // The ledger's and the outside view's peaks of the measured pass into the row.
+  void record_memory();
   // One forward and one backward on the next input set, timed: [fwd, the gap, bwd] in ms.
   std::vector<double> pass();
 
@@ -694,28 +703,34 @@ Measurement::Measurement(Device& device, const RunOptions& options, const Proble
       row_(row),
       ledger_(s.limit.value_or(MemoryLedger::kUnlimited)),
       space_(device.open_space(ledger_)) {
+  set_up();
+  measured_pass(reference);
+}
+
+void Measurement::set_up() {
   space_->reset_os_peak();
   ledger_.set_phase(Phase::setup);
-  for (int64_t set = 0; set < s.params.input_sets; ++set)
-    inputs_.emplace_back(device, *space_, problem, s.seed, set, s.input_scale);
-  Reproducibility& reproducibility = row.reproducibility.emplace();
-  reproducibility.seed = options.seed;
-  reproducibility.input_scale = s.input_scale;
-  reproducibility.inputs_hash = hex(hash_inputs(device, problem, inputs_[0], kFnvOffset));
-  row.hazards = input_hazards(problem, logit_bound(device, problem, inputs_[0]));
-  stack_ = std::make_unique<LayerStack>(problem, implementation, device, *space_, s.seed);
-  if (options.name_ranges) stack_->name_ranges(std::string(implementation.name()));
-  timer_ = device.timer();
-  inject_failure(implementation);
+  for (int64_t set = 0; set < setting_.params.input_sets; ++set)
+    inputs_.emplace_back(device_, *space_, problem_, setting_.seed, set, setting_.input_scale);
+  Reproducibility& reproducibility = row_.reproducibility.emplace();
+  reproducibility.seed = options_.seed;
+  reproducibility.input_scale = setting_.input_scale;
+  reproducibility.inputs_hash = hex(hash_inputs(device_, problem_, inputs_[0], kFnvOffset));
+  row_.hazards = input_hazards(problem_, logit_bound(device_, problem_, inputs_[0]));
+  stack_ = std::make_unique<LayerStack>(problem_, implementation_, device_, *space_, setting_.seed);
+  if (options_.name_ranges) stack_->name_ranges(std::string(implementation_.name()));
+  timer_ = device_.timer();
+  inject_failure(implementation_);
+}
 
-  // The measured pass: memory (the ledger and the outside view) and the outputs for the check.
-  device.synchronize();
+void Measurement::measured_pass(const std::optional<Reference>& reference) {
+  device_.synchronize();
   ledger_.reset_peaks();
-  if (options.cold) device.flush_caches();
+  if (options_.cold) device_.flush_caches();
   // The timeline starts where the peak does, from the same live bytes, so that its replay reaches
   // exactly the measured peak.
   std::shared_ptr<MemoryTimeline> timeline;
-  if (options.record_timeline) {
+  if (options_.record_timeline) {
     timeline = std::make_shared<MemoryTimeline>(ledger_.live());
     ledger_.attach(timeline.get());
   }
@@ -725,50 +740,56 @@ Measurement::Measurement(Device& device, const RunOptions& options, const Proble
     ~Detach() { ledger.attach(nullptr); }
   } const detach{ledger_};
   std::optional<DeviceRange> measured_range;
-  measured_range.emplace(device, pass_range("measured"));
+  measured_range.emplace(device_, pass_range("measured"));
   ledger_.set_phase(Phase::fwd);
   timed([&] {
     const ScopedSpan span(timeline.get(), "forward");
     stack_->forward(inputs_[0].data);
   });
-  const uint64_t output_hash = hash_outputs(device, problem, *stack_, kFnvOffset);
+  const uint64_t output_hash = hash_outputs(device_, problem_, *stack_, kFnvOffset);
   Captured captured;
-  if (reference) captured.O = gather_queries(device, stack_->output(0), problem.dtype, problem, reference->plan);
-  row.measured.kept_bytes = ledger_.live()[Tag::kept];
+  if (reference) captured.O = gather_queries(device_, stack_->output(0), problem_.dtype, problem_, reference->plan);
+  row_.measured.kept_bytes = ledger_.live()[Tag::kept];
   ledger_.set_phase(Phase::bwd);
   LayerStack::Gradients gradients;
   timed([&] {
     const ScopedSpan span(timeline.get(), "backward");
     gradients = stack_->backward(inputs_[0].data);
   });
-  device.synchronize();
+  device_.synchronize();
   measured_range.reset();
-  const Dtype gradient_dtype = device.gradient_dtype(problem);
-  results_hash_ = hash_gradients(device, problem, gradients, output_hash);
-  reproducibility.results_hash = hex(results_hash_);
-  if (reference) {
-    const ReferencePlan& plan = reference->plan;
-    captured.dQ = gather_queries(device, gradients.dQ.data(), gradient_dtype, problem, plan);
-    if (plan.groups_whole()) {
-      captured.dK = gather_keys(device, gradients.dK.data(), gradient_dtype, problem, plan);
-      captured.dV = gather_keys(device, gradients.dV.data(), gradient_dtype, problem, plan);
-    }
-  }
+  results_hash_ = hash_gradients(device_, problem_, gradients, output_hash);
+  row_.reproducibility->results_hash = hex(results_hash_);
+  if (reference) capture_gradients(gradients, reference->plan, captured);
   gradients = {};
-  row.measured.peak_bytes = ledger_.peak_bytes();
-  row.measured.peak_phase = ledger_.peak_phase();
-  row.measured.by_tag = ledger_.at_peak();
-  row.measured.high_water = ledger_.high_water();
-  row.measured.os_peak_bytes = space_->os_peak_bytes();
+  record_memory();
   ledger_.attach(nullptr);  // the samples below run untraced
-  row.timeline = std::move(timeline);
+  row_.timeline = std::move(timeline);
   const std::vector<double> first = timer_->intervals_ms();  // fwd, the gap, bwd
   warmup_ms_ = first[0] + first[2];
   if (reference) {
-    row.check = reference->judge(problem, captured);
-    row.check->not_compared = reference->plan.partial;
-    row.check->reference_seconds = reference->seconds;
+    row_.check = reference->judge(problem_, captured);
+    row_.check->not_compared = reference->plan.partial;
+    row_.check->reference_seconds = reference->seconds;
   }
+}
+
+void Measurement::capture_gradients(const LayerStack::Gradients& gradients, const ReferencePlan& plan,
+                                    Captured& captured) const {
+  const Dtype gradient_dtype = device_.gradient_dtype(problem_);
+  captured.dQ = gather_queries(device_, gradients.dQ.data(), gradient_dtype, problem_, plan);
+  if (plan.groups_whole()) {
+    captured.dK = gather_keys(device_, gradients.dK.data(), gradient_dtype, problem_, plan);
+    captured.dV = gather_keys(device_, gradients.dV.data(), gradient_dtype, problem_, plan);
+  }
+}
+
+void Measurement::record_memory() {
+  row_.measured.peak_bytes = ledger_.peak_bytes();
+  row_.measured.peak_phase = ledger_.peak_phase();
+  row_.measured.by_tag = ledger_.at_peak();
+  row_.measured.high_water = ledger_.high_water();
+  row_.measured.os_peak_bytes = space_->os_peak_bytes();
 }
 
 std::vector<double> Measurement::pass() {
@@ -844,6 +865,126 @@ std::optional<std::string> apart_because(const Device& device, const std::vector
                      format_bytes(together), format_bytes(*s.limit));
 }
 
+// One configuration's measurements, implementation by implementation: each from its measured pass
+// (Measurement's constructor) through its warm-up and samples to its finish, into its row. Every
+// step goes through attempt(): what it throws becomes the row's status, and its measurement (with
+// all its memory) goes.
+class ConfigurationMeasurement {
+ public:
+  // Makes the float64 reference the rows are checked against (or notes why there is none).
+  ConfigurationMeasurement(Device& device, const RunOptions& options, const Problem& problem,
+                           std::span<Implementation* const> implementations, const Setting& setting,
+                           const Runner::StartObserver& on_start, std::vector<Row>& rows)
+      : device_(device),
+        options_(options),
+        problem_(problem),
+        implementations_(implementations),
+        setting_(setting),
+        on_start_(on_start),
+        rows_(rows),
+        reference_(make_reference(device, problem, setting, why_not_checked_)),
+        live_(implementations.size()) {}
+  ConfigurationMeasurement(const ConfigurationMeasurement&) = delete;
+  ConfigurationMeasurement& operator=(const ConfigurationMeasurement&) = delete;
+
+  // The implementations `measured` one after another, each alone from start to finish; `why` goes
+  // into each row.
+  void measure_apart(const std::vector<size_t>& measured, const std::string& why) {
+    for (size_t k : measured) {
+      rows_[k].sampled_alone = why;
+      start(k);
+      warm_up(k);
+      sample_in_rounds({k});
+      finish(k);
+    }
+  }
+  // Together: every measured pass, then every warm-up, then the samples in rounds.
+  void measure_together(const std::vector<size_t>& measured) {
+    for (size_t k : measured) start(k);
+    for (size_t k : measured) warm_up(k);
+    std::vector<size_t> in_rounds;
+    for (size_t k : measured)
+      if (live_[k]) in_rounds.push_back(k);
+    for (size_t k : in_rounds)
+      for (size_t other : in_rounds)
+        if (other != k) rows_[k].interleaved_with.push_back(rows_[other].implementation());
+    sample_in_rounds(in_rounds);
+    for (size_t k : in_rounds) finish(k);
+  }
+
+ private:
+  // One step of implementation k's measurement; what it throws becomes the row's status, and its
+  // measurement (with all its memory) goes.
+  template <class Step>
+  void attempt(size_t k, Step&& step) {
+    Row& row = rows_[k];
+    try {
+      const DeviceRange range(device_, options_.name_ranges ? fmt::format("{} {}", row.impl, problem_.describe()) : "");
+      step();
+      return;
+    } catch (const OutOfMemory& e) {
+      row.status = Status::oom;
+      row.reason = e.what();
+    } catch (const std::bad_alloc&) {
+      row.status = Status::oom;
+      row.reason = "the system refused an allocation";
+    } catch (const RuntimeFailure& e) {
+      row.status = Status::failed;
+      row.reason = e.what();
+    }
+    live_[k].reset();
+  }
+  void start(size_t k) {
+    if (rows_[k].status != Status::ok) return;
+    if (options_.check && !reference_) rows_[k].not_checked = why_not_checked_;
+    if (on_start_) on_start_(problem_, k);
+    attempt(k, [&] {
+      live_[k] = std::make_unique<Measurement>(device_, options_, problem_, *implementations_[k], setting_, reference_,
+                                               rows_[k]);
+    });
+  }
+  void warm_up(size_t k) {
+    if (live_[k]) attempt(k, [&] { live_[k]->warm_up(); });
+  }
+  // Samples of the live measurements among `ks` in rounds, each round starting one later (A B C,
+  // B C A, C A B, ...), until each one's stopping rule holds.
+  void sample_in_rounds(const std::vector<size_t>& ks) {
+    for (size_t round = 0;; ++round) {
+      bool sampled = false;
+      for (size_t j = 0; j < ks.size(); ++j) {
+        const size_t k = ks[(round + j) % ks.size()];
+        if (!live_[k] || live_[k]->done()) continue;
+        sampled = true;
+        attempt(k, [&] { live_[k]->sample(); });
+      }
+      if (!sampled) return;
+    }
+  }
+  // The summaries and the repeat; then the row's verdict: untracked memory (a plugin's), a failed check.
+  void finish(size_t k) {
+    if (!live_[k]) return;
+    attempt(k, [&] { live_[k]->finish(); });
+    live_[k].reset();
+    Row& row = rows_[k];
+    if (row.status == Status::ok && implementations_[k]->foreign()) note_untracked_memory(row);
+    if (row.status == Status::ok && row.check && !row.check->passed()) {
+      row.status = Status::failed;
+      row.reason = failed_check_reason(*row.check);
+    }
+  }
+
+  Device& device_;
+  const RunOptions& options_;
+  const Problem& problem_;
+  std::span<Implementation* const> implementations_;
+  const Setting& setting_;
+  const Runner::StartObserver& on_start_;
+  std::vector<Row>& rows_;
+  std::string why_not_checked_;  // where there is no reference (set before reference_ is made)
+  const std::optional<Reference> reference_;
+  std::vector<std::unique_ptr<Measurement>> live_;
+};
+
 }  // namespace
 
 Runner::Runner(Device& device, RunOptions options) : device_(device), options_(std::move(options)) {}
@@ -859,91 +1000,16 @@ std::vector<Row> Runner::run(const Problem& problem, std::span<Implementation* c
   validate(problem);
   const Setting setting = settle(device_, options_, problem);
   std::vector<Row> rows = preflight(device_, options_, problem, implementations, setting);
-  if (std::none_of(rows.begin(), rows.end(), [](const Row& row) { return row.status == Status::ok; })) return rows;
-
-  std::string why_not_checked;
-  const std::optional<Reference> reference = make_reference(device_, problem, setting, why_not_checked);
-  std::vector<std::unique_ptr<Measurement>> live(implementations.size());
-  // One step of implementation k's measurement; what it throws becomes the row's status, and its
-  // measurement (with all its memory) goes.
-  const auto attempt = [&](size_t k, auto&& step) {
-    Row& row = rows[k];
-    try {
-      const DeviceRange range(device_, options_.name_ranges ? fmt::format("{} {}", row.impl, problem.describe()) : "");
-      step();
-      return;
-    } catch (const OutOfMemory& e) {
-      row.status = Status::oom;
-      row.reason = e.what();
-    } catch (const std::bad_alloc&) {
-      row.status = Status::oom;
-      row.reason = "the system refused an allocation";
-    } catch (const RuntimeFailure& e) {
-      row.status = Status::failed;
-      row.reason = e.what();
-    }
-    live[k].reset();
-  };
-  const auto start = [&](size_t k) {
-    if (rows[k].status != Status::ok) return;
-    if (options_.check && !reference) rows[k].not_checked = why_not_checked;
-    if (on_start_) on_start_(problem, k);
-    attempt(k, [&] {
-      live[k] = std::make_unique<Measurement>(device_, options_, problem, *implementations[k], setting, reference, rows[k]);
-    });
-  };
-  // Samples of the live measurements among `ks` in rounds, each round starting one later (A B C,
-  // B C A, C A B, ...), until each one's stopping rule holds.
-  const auto sample_in_rounds = [&](const std::vector<size_t>& ks) {
-    for (size_t round = 0;; ++round) {
-      bool sampled = false;
-      for (size_t j = 0; j < ks.size(); ++j) {
-        const size_t k = ks[(round + j) % ks.size()];
-        if (!live[k] || live[k]->done()) continue;
-        sampled = true;
-        attempt(k, [&] { live[k]->sample(); });
-      }
-      if (!sampled) return;
-    }
-  };
-  const auto finish = [&](size_t k) {
-    if (!live[k]) return;
-    attempt(k, [&] { live[k]->finish(); });
-    live[k].reset();
-    Row& row = rows[k];
-    if (row.status == Status::ok && implementations[k]->foreign()) note_untracked_memory(row);
-    if (row.status == Status::ok && row.check && !row.check->passed()) {
-      row.status = Status::failed;
-      row.reason = failed_check_reason(*row.check);
-    }
-  };
-
   std::vector<size_t> measured;
   for (size_t k = 0; k < rows.size(); ++k)
     if (rows[k].status == Status::ok) measured.push_back(k);
-  const std::optional<std::string> apart = measured.size() > 1 ? apart_because(device_, rows, setting) : std::nullopt;
-  if (apart) {
-    for (size_t k : measured) {
-      rows[k].sampled_alone = *apart;
-      start(k);
-      if (live[k]) attempt(k, [&] { live[k]->warm_up(); });
-      sample_in_rounds({k});
-      finish(k);
-    }
-    return rows;
-  }
-  // Together: every measured pass, then every warm-up, then the samples in rounds.
-  for (size_t k : measured) start(k);
-  for (size_t k : measured)
-    if (live[k]) attempt(k, [&] { live[k]->warm_up(); });
-  std::vector<size_t> in_rounds;
-  for (size_t k : measured)
-    if (live[k]) in_rounds.push_back(k);
-  for (size_t k : in_rounds)
-    for (size_t other : in_rounds)
-      if (other != k) rows[k].interleaved_with.push_back(rows[other].implementation());
-  sample_in_rounds(in_rounds);
-  for (size_t k : in_rounds) finish(k);
+  if (measured.empty()) return rows;
+
+  ConfigurationMeasurement configuration(device_, options_, problem, implementations, setting, on_start_, rows);
+  if (const std::optional<std::string> apart = measured.size() > 1 ? apart_because(device_, rows, setting) : std::nullopt)
+    configuration.measure_apart(measured, *apart);
+  else
+    configuration.measure_together(measured);
   return rows;
 }
 
