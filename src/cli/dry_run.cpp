@@ -162,9 +162,9 @@ Probe run_probe(Device& device, const DryRun& dry_run, const std::vector<Planned
   options.deadline = options.hard_deadline = std::nullopt;
   Runner runner(device, options);
   const auto began = std::chrono::steady_clock::now();
+  const double reference_flop = runner.reference_flop(*probe.problem);
   try {
-    for (const Row& row : runner.run(*probe.problem, implementations))
-      estimate.learn(row, runner.reference_flop(*probe.problem));
+    for (const Row& row : runner.run(*probe.problem, implementations)) estimate.learn(row, reference_flop);
   } catch (const RuntimeFailure& e) {
     probe.failed = e.what();
   } catch (const OutOfMemory& e) {

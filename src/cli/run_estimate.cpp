@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -49,9 +50,7 @@ std::optional<double> RunEstimate::samples_until_steady() const {
   if (implementations_.empty()) return std::nullopt;
   std::vector<double> samples;
   for (const auto& [impl, learned] : implementations_) samples.push_back(learned.samples);
-  std::sort(samples.begin(), samples.end());
-  const size_t n = samples.size();
-  const double median = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+  const double median = median_of(std::move(samples));
   return std::isfinite(median) ? std::optional<double>(std::ceil(median)) : std::nullopt;
 }
 

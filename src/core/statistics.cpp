@@ -19,6 +19,11 @@ double sorted_median(const std::vector<double>& sorted) {
 }
 }  // namespace
 
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return sorted_median(values);
+}
+
 double median_noise(const std::vector<double>& samples_ms) {
   const size_t n = samples_ms.size();
   if (n < 3) return 1.0;

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "flashbench/core/statistics.hpp"
 #include "flashbench/cpu/gemm.hpp"
 #include "flashbench/cpu/isa_kernels.hpp"
 #include "flashbench/cpu/threads.hpp"
@@ -20,12 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kRepetitions = 7;
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 constexpr int64_t kFmaSteps = 4'000'000;  // per thread per repetition
 
@@ -113,7 +108,7 @@ double single_thread_rate(double flop, Product&& product) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (rep > 0) rates.push_back(flop * repeats / seconds * 1e-9);
   }
-  return median(rates);
+  return median_of(rates);
 }
 
 std::vector<ProductRate> time_attention_products() {
@@ -157,7 +152,7 @@ PeakReport measure_peak(int threads, int64_t sgemm_size, bool products) {
   report.simd = std::string(cpu::isa_name(cpu::active_isa()));
 
   const std::vector<double> fma = time_fma(report.threads);
-  report.fma_gflops = median(fma);
+  report.fma_gflops = median_of(fma);
   report.fma_gflops_best = *std::max_element(fma.begin(), fma.end());
 
   const int64_t n = sgemm_size;
@@ -169,13 +164,13 @@ PeakReport measure_peak(int threads, int64_t sgemm_size, bool products) {
   for (float& x : B) x = uniform(generator);
   const std::vector<double> ours =
       time_product(n, [&] { parallel_gemm(report.threads, n, A.data(), B.data(), C.data()); });
-  report.sgemm_gflops = median(ours);
+  report.sgemm_gflops = median_of(ours);
   report.sgemm_gflops_best = *std::max_element(ours.begin(), ours.end());
 
 #if defined(FLASHBENCH_HAVE_OPENBLAS)
   openblas_set_num_threads(report.threads);
   report.openblas_core = openblas_get_corename();
-  report.openblas_gflops = median(time_product(n, [&] {
+  report.openblas_gflops = median_of(time_product(n, [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, A.data(), int(n), B.data(),
                 int(n), 0.0f, C.data(), int(n));
   }));

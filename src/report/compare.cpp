@@ -27,12 +27,6 @@ using json = nlohmann::json;
 
 bool timed(const Row& row) { return row.status == Status::ok && row.fwd.median_ms > 0 && row.bwd.median_ms > 0; }
 
-double median_of(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 // stddev / mean of the values (n - 1 in the denominator); 0 for fewer than 2.
 double relative_spread(const std::vector<double>& values) {
   if (values.size() < 2) return 0;

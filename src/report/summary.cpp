@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "flashbench/core/statistics.hpp"
 #include "flashbench/core/units.hpp"
 #include "flashbench/report/json.hpp"
 #include "reporters.hpp"
@@ -64,12 +65,6 @@ std::string shape_label(const std::vector<const Row*>& rows, bool batch_follows_
 }
 
 bool timed(const Row& row) { return row.status == Status::ok && row.fwd.median_ms > 0 && row.bwd.median_ms > 0; }
-
-double median_of(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 // Fits log(value) against log(N) over the points where value > 0; none with fewer than two N.
 std::optional<LineFit> log_log_fit(const std::vector<const Row*>& rows, double (*value)(const Row&)) {

@@ -15,17 +15,14 @@
 #include "flashbench/model/model.hpp"
 #include "flashbench/report/sweep_results.hpp"
 
+#include "support/sweep_fixtures.hpp"
+
 namespace flashbench {
 namespace {
 
-std::string usage_message(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const UsageError& error) {
-    return error.what();
-  }
-  return "(no UsageError)";
-}
+using testing::usage_message;
+using testing::small_sweep;
+using testing::row_of;
 
 EnvironmentLookup environment(std::map<std::string, std::string> variables) {
   return [variables](const char* name) -> std::optional<std::string> {
@@ -151,18 +148,6 @@ TEST(ArrayIndices, InSlurmsForm) {
   EXPECT_EQ(array_indices({}), "");
 }
 
-SweepSpec small_sweep() {
-  SweepSpec spec;
-  spec.seq = {64, 128, 256};
-  spec.heads = {1, 2};
-  spec.head_dim = {16};
-  spec.causal = {false, true};
-  spec.variants = {Variant::standard, Variant::v2};
-  spec.sampling.max_time_s = 0.5;
-  spec.threads = 1;
-  return spec;
-}
-
 TEST(SweepToJson, ReadsBackToTheSameSweep) {
   SweepSpec spec = small_sweep();
   spec.description = "round trip";
@@ -175,16 +160,6 @@ TEST(SweepToJson, ReadsBackToTheSameSweep) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].describe(), b[i].describe());
   spec.implementations = {"v2.split"};
   EXPECT_EQ(parse_sweep_json(sweep_to_json(spec).dump(), "test").implementations, spec.implementations);
-}
-
-Row row_of(const Problem& problem, const std::string& impl, Status status = Status::ok) {
-  Row row;
-  row.backend = "cpu";
-  row.variant = impl == "standard" ? Variant::standard : Variant::v2;
-  row.impl = impl;
-  row.problem = problem;
-  row.status = status;
-  return row;
 }
 
 TEST(WholeConfigurations, NeedsARowOfEveryImplementation) {

@@ -8,19 +8,14 @@
 #include "flashbench/core/errors.hpp"
 #include "flashbench/core/sweep.hpp"
 
+#include "support/sweep_fixtures.hpp"
+
 namespace flashbench {
 namespace {
 
-using Values = std::vector<int64_t>;
+using testing::usage_message;
 
-std::string usage_message(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const UsageError& error) {
-    return error.what();
-  }
-  return "(no UsageError)";
-}
+using Values = std::vector<int64_t>;
 
 TEST(ParseIntList, SingleValuesAndCommaLists) {
   EXPECT_EQ(parse_int_list("4096", "--seq"), Values({4096}));

@@ -18,39 +18,14 @@
 #include "flashbench/report/results_file.hpp"
 #include "flashbench/report/sweep_results.hpp"
 
+#include "support/sweep_fixtures.hpp"
+
 namespace flashbench {
 namespace {
 
-std::string usage_message(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const UsageError& error) {
-    return error.what();
-  }
-  return "(no UsageError)";
-}
-
-SweepSpec small_sweep() {
-  SweepSpec spec;
-  spec.seq = {64, 128, 256};
-  spec.heads = {1, 2};
-  spec.head_dim = {16};
-  spec.causal = {false, true};
-  spec.variants = {Variant::standard, Variant::v2};
-  spec.sampling.max_time_s = 0.5;
-  spec.threads = 1;
-  return spec;
-}
-
-Row row_of(const Problem& problem, const std::string& impl, Status status = Status::ok) {
-  Row row;
-  row.backend = "cpu";
-  row.variant = impl == "standard" ? Variant::standard : Variant::v2;
-  row.impl = impl;
-  row.problem = problem;
-  row.status = status;
-  return row;
-}
+using testing::usage_message;
+using testing::small_sweep;
+using testing::row_of;
 
 // What `run --shard index/count` of small_sweep() writes when it finishes configurations `ran` of
 // its share (all of them when empty).

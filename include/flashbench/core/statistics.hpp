@@ -56,6 +56,9 @@ TimingSummary merge_rounds(const std::vector<TimingSummary>& rounds, double max_
 // an outlying first sample. Empty when the measurement is clean or has no samples.
 std::vector<std::string> timing_warnings(const TimingSummary& summary, std::string_view phase);
 
+// The median of `values` (not empty): the middle one, or the mean of the two middle ones.
+double median_of(std::vector<double> values);
+
 // Relative half-width of a distribution-free ~95% confidence interval of the median
 // (order statistics n/2 ± 1.96·sqrt(n)/2), divided by the median. 1.0 with fewer than 3 samples.
 double median_noise(const std::vector<double>& samples_ms);
