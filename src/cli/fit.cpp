@@ -14,6 +14,7 @@
 #include "flashbench/core/errors.hpp"
 #include "flashbench/core/sweep.hpp"
 #include "flashbench/core/units.hpp"
+#include "flashbench/core/variant.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/model/model.hpp"
@@ -260,12 +261,12 @@ void register_fit(CLI::App& app) {
   sub->add_option("--layers", options->problem.layers, "L, layers in the stack")->capture_default_str();
   sub->add_flag("--causal", options->problem.causal, "Causal mask");
   add_workload_options(sub, options->problem);
-  sub->add_option("--variant", options->variants, "all, or a comma list of standard, v1, v2, checkpoint")
+  sub->add_option("--variant", options->variants, "all, or a comma list of " + variant_names())
       ->capture_default_str();
   sub->add_option("--dtype", options->dtype, "Storage dtype: fp32, bf16, fp16")->capture_default_str();
   sub->add_option("--threads", options->threads, "CPU threads the workspace is sized for (default: all cores)");
   add_isa_option(sub);
-  sub->add_option("--backend,--device", options->backend, "Whose model: cpu or cuda (no GPU needed)")
+  sub->add_option("--backend,--device", options->backend, "Whose model: " + device_names() + " (no GPU needed)")
       ->capture_default_str();
   sub->add_option("--cp", options->context_parallel,
                   "Context parallelism: N split over this many devices of --budget each (ring attention; causal: "

@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "flashbench/core/errors.hpp"
 #include "flashbench/core/npy.hpp"
+#include "flashbench/core/variant.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
 #include "flashbench/harness/stack.hpp"
@@ -115,12 +116,12 @@ void register_grad(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "grad", "One layer's O and gradients from Q, K, V, dO in .npy files (Q, dO [B,H,N,d]; K, V [B,G,N_k,d] with G "
               "dividing H; float32 or float64): o.npy, dq.npy, dk.npy, dv.npy");
-  sub->add_option("--backend", options->backend, "cpu or cuda: whose implementation runs the layer")
+  sub->add_option("--backend", options->backend, device_names() + ": whose implementation runs the layer")
       ->capture_default_str();
   sub->add_option("--dtype", options->dtype, "Storage dtype: fp32, bf16 or fp16 (inputs are rounded to it)")
       ->capture_default_str();
   sub->add_option("--impl", options->impl, "An implementation by name (v2.split, cudnn; `flashbench info` lists them)");
-  sub->add_option("--variant", options->variant, "standard, v1, v2 or checkpoint")->capture_default_str();
+  sub->add_option("--variant", options->variant, variant_names(" or "))->capture_default_str();
   sub->add_flag("--causal", options->causal,
                 "Apply the causal mask, bottom-right aligned: row i sees keys j <= i + N_k - N (a row that sees none gives 0)");
   sub->add_option("--dropout", options->dropout, "Dropout probability p on the attention weights (Philox 4x32-10 mask)")

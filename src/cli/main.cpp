@@ -17,6 +17,7 @@
 #include "help_format.hpp"
 #include "flashbench/core/errors.hpp"
 #include "flashbench/core/nearest.hpp"
+#include "flashbench/core/variant.hpp"
 #include "flashbench/report/config.hpp"
 
 namespace {
@@ -57,7 +58,7 @@ std::string unknown_flag_message(const std::string& flag, const CLI::App& comman
 
 int main(int argc, char** argv) {
   using namespace flashbench;
-  CLI::App app{"flashbench: time and memory of the attention backward pass (standard, v1, v2, checkpoint)"};
+  CLI::App app{"flashbench: time and memory of the attention backward pass (" + variant_names() + ")"};
   app.set_version_flag("--version", fmt::format("flashbench {} ({})", build::kVersion, build::kGitRevision));
   app.require_subcommand(1);
   app.formatter(cli::wrapping_formatter());  // before the subcommands, which take the app's formatter

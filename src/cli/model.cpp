@@ -14,6 +14,7 @@
 #include "flashbench/core/errors.hpp"
 #include "flashbench/core/sweep.hpp"
 #include "flashbench/core/units.hpp"
+#include "flashbench/core/variant.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/model/model.hpp"
 #include "flashbench/report/json.hpp"
@@ -393,14 +394,14 @@ void register_model(CLI::App& app) {
   sub->add_option("--layers", options->problem.layers, "L, layers in the stack")->capture_default_str();
   sub->add_flag("--causal", options->problem.causal, "Causal mask (the CPU allocates the same either way)");
   add_workload_options(sub, options->problem);
-  sub->add_option("--variant", options->variants, "all, or a comma list of standard, v1, v2, checkpoint")
+  sub->add_option("--variant", options->variants, "all, or a comma list of " + variant_names())
       ->capture_default_str();
   sub->add_option("--dtype", options->dtype, "Storage dtype of inputs, activations and kept tensors: fp32, bf16, fp16")
       ->capture_default_str();
   sub->add_option("--threads", options->threads, "CPU threads the workspace is sized for (default: all cores)");
   add_isa_option(sub);
   sub->add_option("--backend,--device", options->backend,
-                  "Whose implementations to model: cpu or cuda (no GPU needed)")->capture_default_str();
+                  "Whose implementations to model: " + device_names() + " (no GPU needed)")->capture_default_str();
   sub->add_option("--cp", options->context_parallel,
                   "Context parallelism: N split over this many devices (ring attention; causal: zig-zag); the "
                   "model is one device's, with the bytes each sends per layer")

@@ -33,6 +33,7 @@
 #include "flashbench/core/shard.hpp"
 #include "flashbench/core/sweep.hpp"
 #include "flashbench/core/units.hpp"
+#include "flashbench/core/variant.hpp"
 #include "flashbench/harness/plugins.hpp"
 #include "flashbench/harness/registry.hpp"
 #include "flashbench/harness/runner.hpp"
@@ -820,7 +821,7 @@ void register_run(CLI::App& app) {
                          "sees none gives 0)");
   optional_string("--mask", flags->sweep.causal, "Causal mask per configuration: true, false or both");
   optional_string("--variant,--variants", flags->sweep.variants,
-                  "standard, v1, v2, checkpoint: list or all (default all); each runs its default implementation");
+                  variant_names() + ": list or all (default all); each runs its default implementation");
   optional_string("--impl", flags->sweep.implementations,
                   "Implementations by name instead, e.g. v2,v2.split (`flashbench info` lists them)");
   sub->add_option("--plugin", flags->plugins,
@@ -831,7 +832,7 @@ void register_run(CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   optional_string("--dtype", flags->sweep.dtype,
                   "Storage dtype: fp32 (default), bf16, fp16; on the CPU 16-bit storage with fp32 arithmetic");
-  optional_string("--backend,--device", flags->sweep.backend, "cpu or cuda (default cpu)");
+  optional_string("--backend,--device", flags->sweep.backend, device_names() + " (default cpu)");
   sub->add_option_function<int>("--threads", [flags](int value) {
     if (value < 1) throw UsageError(fmt::format("--threads must be at least 1 (got {})", value));
     flags->sweep.threads = value;

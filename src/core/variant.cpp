@@ -66,12 +66,17 @@ const VariantSpec& spec_of(Variant variant) {
 std::string_view to_string(Variant variant) { return spec_of(variant).name; }
 
 Variant parse_variant(std::string_view name) {
-  std::string known;
-  for (const VariantSpec& spec : specs()) {
+  for (const VariantSpec& spec : specs())
     if (spec.name == name) return spec.variant;
-    known += fmt::format("{}{}", known.empty() ? "" : ", ", spec.name);
-  }
-  throw UsageError(fmt::format("unknown variant '{}' (expected {} or all)", name, known));
+  throw UsageError(fmt::format("unknown variant '{}' (expected {} or all)", name, variant_names()));
+}
+
+std::string variant_names(std::string_view last_separator) {
+  std::string names;
+  const auto& all = specs();
+  for (size_t i = 0; i < all.size(); ++i)
+    names += fmt::format("{}{}", i == 0 ? "" : i + 1 == all.size() ? last_separator : ", ", all[i].name);
+  return names;
 }
 
 std::string_view recomputes(Variant variant) { return spec_of(variant).recomputes; }

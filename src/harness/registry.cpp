@@ -14,9 +14,7 @@ void Registry::add(DeviceEntry entry) { devices_.push_back(std::move(entry)); }
 const DeviceEntry& Registry::device(std::string_view name) const {
   for (const DeviceEntry& entry : devices_)
     if (entry.name == name) return entry;
-  std::vector<std::string> known;
-  for (const DeviceEntry& entry : devices_) known.push_back(entry.name);
-  throw UsageError(fmt::format("unknown backend '{}' (expected {})", name, fmt::join(known, " or ")));
+  throw UsageError(fmt::format("unknown backend '{}' (expected {})", name, device_names()));
 }
 
 const DeviceEntry& Registry::device_with_peak() const {
@@ -87,6 +85,14 @@ ModelSource model_source(const DeviceEntry& device, const DeviceOptions& options
   };
   source.threads = device.offline_params(Problem{}, options).threads;
   return source;
+}
+
+std::string device_names(std::string_view last_separator) {
+  std::string names;
+  const std::vector<DeviceEntry>& all = registry().devices();
+  for (size_t i = 0; i < all.size(); ++i)
+    names += fmt::format("{}{}", i == 0 ? "" : i + 1 == all.size() ? last_separator : ", ", all[i].name);
+  return names;
 }
 
 }  // namespace flashbench

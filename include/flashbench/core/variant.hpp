@@ -5,6 +5,7 @@
 // implementation per device (or `unsupported`).
 #include <array>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -19,6 +20,9 @@ inline constexpr std::array<Variant, 4> kAllVariants = {Variant::standard, Varia
 
 std::string_view to_string(Variant variant);
 Variant parse_variant(std::string_view name);  // throws UsageError on an unknown name
+// Every variant's name in order, joined for help text: "standard, v1, v2, checkpoint", or with
+// last_separator " or " "standard, v1, v2 or checkpoint".
+std::string variant_names(std::string_view last_separator = ", ");
 std::string_view recomputes(Variant variant);   // one line, for help and tables
 
 // One tensor a layer keeps between its forward and its backward.

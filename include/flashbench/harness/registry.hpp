@@ -59,6 +59,10 @@ class Registry {
 
 // The registry of this binary, filled on first use.
 const Registry& registry();
+
+// The names of the devices this binary was built with, joined for help text and errors: "cpu or
+// cuda" (last_separator " or "), "cpu" in a build without CUDA.
+std::string device_names(std::string_view last_separator = " or ");
 // The same registry, for what joins it at run time (plugins.hpp): nothing else changes it.
 Registry& extensible_registry();
 
