@@ -149,10 +149,6 @@ void probs_gemm(const Launch& launch, Operands in, void* probs) {
   softmax_rows(launch.shape, probs, probs, nullptr, nullptr, launch.stream);
 }
 
-FlashKernels flash_kernels(CudaAttention::Kernels kernels) {
-  return kernels == CudaAttention::Kernels::mma_sync ? FlashKernels::mma_sync : FlashKernels::best;
-}
-
 // Whether the variant keeps the repeated K and V under expand_kv (kept "Kx", "Vx"), or repeats
 // them again in each pass (checkpoint).
 bool keeps_repeated_kv(Variant variant, const Problem& problem) {
@@ -203,6 +199,15 @@ class KeyValues {
 };
 
 }  // namespace
+
+FlashKernels flash_kernels(CudaAttention::Kernels kernels) {
+  return kernels == CudaAttention::Kernels::mma_sync ? FlashKernels::mma_sync : FlashKernels::best;
+}
+
+bool stores_key_gradients(CudaAttention::Kernels kernels, const Problem& problem) {
+  return kernels == CudaAttention::Kernels::newest_stored_keys &&
+         flash_stores_key_gradients(problem.dtype, problem.group_size(), flash_kernels(kernels));
+}
 
 std::optional<std::string> CudaAttention::unsupported(const Problem& problem) const {
   if (variant_ != Variant::v2) return std::nullopt;
@@ -261,17 +266,26 @@ void CudaAttention::backward(LayerCall& call, const LayerInputs& inputs, const v
   const int64_t repeats = p.repeats_kv() ? p.group_size() : 1;
 
   if (variant_ == Variant::v2) {
-    const int64_t kv_accumulator_bytes = launch.kv_elements() * int64_t(sizeof(float));
+    const FlashKernels kernels = flash_kernels(kernels_);
+    // dK and dV straight into the stack's where this implementation stores them (v2.stored, G = H on
+    // wgmma), else through fp32 accumulators at the kernels' K/V heads.
+    const bool stored = stores_key_gradients(kernels_, p);
     RawBuffer row_dot(launch.space, Tag::workspace, launch.row_bytes());
     RawBuffer dq_accumulator(launch.space, Tag::workspace, launch.q_elements() * int64_t(sizeof(float)));
-    RawBuffer dk_accumulator(launch.space, Tag::workspace, kv_accumulator_bytes);
-    RawBuffer dv_accumulator(launch.space, Tag::workspace, kv_accumulator_bytes);
+    RawBuffer dk_accumulator, dv_accumulator;
+    KeyGradientTargets key_gradients{.dK = gradients.dK, .dV = gradients.dV};
+    if (!stored) {
+      const int64_t kv_accumulator_bytes = launch.kv_elements() * int64_t(sizeof(float));
+      dk_accumulator = RawBuffer(launch.space, Tag::workspace, kv_accumulator_bytes);
+      dv_accumulator = RawBuffer(launch.space, Tag::workspace, kv_accumulator_bytes);
+      key_gradients = {.dk_accumulator = dk_accumulator.as<float>(), .dv_accumulator = dv_accumulator.as<float>()};
+    }
     flash_backward(shape, in.Q, in.K, in.V, O, dO, kept.get<float>("LSE"), row_dot.as<float>(),
-                   dq_accumulator.as<float>(), dk_accumulator.as<float>(), dv_accumulator.as<float>(),
-                   flash_kernels(kernels_), launch.stream);
-    // fp32 to the storage dtype: dQ as it is, dK and dV gathered from the kernels' K/V heads (a
-    // conversion, or under expand_kv the sum of each group's r repeated heads).
+                   dq_accumulator.as<float>(), key_gradients, kernels, launch.stream);
+    // fp32 to the storage dtype: dQ as it is, dK and dV (where not stored) gathered from the kernels'
+    // K/V heads (a conversion, or under expand_kv the sum of each group's r repeated heads).
     store_from_float(shape.dtype, dq_accumulator.as<float>(), gradients.dQ, launch.q_elements(), launch.stream);
+    if (stored) return;
     sum_head_groups(shape.dtype, dk_accumulator.data(), /*src_is_float=*/true, gradients.dK, kv_groups, repeats,
                     per_kv_head, launch.stream);
     sum_head_groups(shape.dtype, dv_accumulator.data(), /*src_is_float=*/true, gradients.dV, kv_groups, repeats,

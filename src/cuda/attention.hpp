@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "flashbench/harness/device.hpp"
+#include "flashbench/cuda/kernels.hpp"
 #include "flashbench/harness/implementation.hpp"
 
 namespace flashbench::cuda {
@@ -36,8 +37,10 @@ ModelParams model_params(const Problem& problem, int64_t l2_bytes);
 class CudaAttention final : public Implementation {
  public:
   // Which tensor-core kernels v2 runs in bf16/fp16 (the other variants have one implementation):
-  // the newest for the GPU at hand (wgmma on Hopper), or the earlier mma.sync kernels everywhere.
-  enum class Kernels { newest, mma_sync };
+  // the newest for the GPU at hand (wgmma on Hopper), the same storing dK and dV in the storage dtype
+  // where they can (newest_stored_keys: a candidate beside `v2`, flash_stores_key_gradients), or the
+  // earlier mma.sync kernels everywhere.
+  enum class Kernels { newest, newest_stored_keys, mma_sync };
 
   CudaAttention(Variant variant, std::string summary);
   CudaAttention(Variant variant, std::string name, Kernels kernels, std::string summary);
@@ -58,6 +61,12 @@ class CudaAttention final : public Implementation {
   Kernels kernels_ = Kernels::newest;
   std::string summary_;
 };
+
+// The fused kernels' family behind a v2 implementation's Kernels.
+FlashKernels flash_kernels(CudaAttention::Kernels kernels);
+// Whether a v2 implementation's backward stores dK and dV itself for `problem` (no fp32 accumulators
+// for them): asked for (newest_stored_keys) and possible (flash_stores_key_gradients, G = H).
+bool stores_key_gradients(CudaAttention::Kernels kernels, const Problem& problem);
 
 // standard, v1, v2, checkpoint (each variant's default, in that order), then v2.mma, then cudnn (v2 by
 // cuDNN).

@@ -47,27 +47,38 @@ void flash_forward(const LayerShape& shape, const void* Q, const void* K, const 
   flash_forward_mma(shape, Q, K, V, O, lse, stream);
 }
 
+bool flash_stores_key_gradients(Dtype dtype, int64_t group_size, FlashKernels kernels) {
+  return group_size == 1 && flash_uses_wgmma(dtype, kernels);
+}
+
 void flash_backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* O,
-                    const void* dO, const float* lse, float* row_dot, float* dq_accumulator, float* dk_accumulator,
-                    float* dv_accumulator, FlashKernels kernels, cudaStream_t stream) {
+                    const void* dO, const float* lse, float* row_dot, float* dq_accumulator,
+                    const KeyGradientTargets& key_gradients, FlashKernels kernels, cudaStream_t stream) {
   if (!flash_runs(shape, kernels))
     throw RuntimeFailure("internal error: v2's kernels do not run this head dim (CudaAttention::unsupported says why)");
-  if (dq_accumulator == dk_accumulator || dq_accumulator == dv_accumulator || dk_accumulator == dv_accumulator)
+  const bool stored = key_gradients.dK != nullptr;
+  if (stored && (key_gradients.dV == nullptr || !flash_stores_key_gradients(shape.dtype, shape.group_size, kernels)))
+    throw RuntimeFailure("internal error: flash_backward asked to store dK and dV where its kernels add them");
+  float* dk_accumulator = key_gradients.dk_accumulator;
+  float* dv_accumulator = key_gradients.dv_accumulator;
+  if (!stored && (dk_accumulator == nullptr || dv_accumulator == nullptr || dq_accumulator == dk_accumulator ||
+                  dq_accumulator == dv_accumulator || dk_accumulator == dv_accumulator))
     throw RuntimeFailure("internal error: flash_backward needs three distinct accumulators for dQ, dK and dV");
   const int64_t rows = shape.heads_total * shape.seq;
   const size_t kv_bytes = sizeof(float) * size_t(shape.kv_heads_total() * shape.seq_k * shape.head_dim);
-  // Every family adds into these (dQ over key blocks; dK and dV over the blocks of a split group).
+  // Every family adds dQ over key blocks; dK and dV, where not stored, over the blocks of a split group.
   check_cuda(cudaMemsetAsync(dq_accumulator, 0, sizeof(float) * size_t(rows * shape.head_dim), stream),
              "cudaMemsetAsync(dq_accumulator)");
-  check_cuda(cudaMemsetAsync(dk_accumulator, 0, kv_bytes, stream), "cudaMemsetAsync(dk_accumulator)");
-  check_cuda(cudaMemsetAsync(dv_accumulator, 0, kv_bytes, stream), "cudaMemsetAsync(dv_accumulator)");
+  if (!stored) {
+    check_cuda(cudaMemsetAsync(dk_accumulator, 0, kv_bytes, stream), "cudaMemsetAsync(dk_accumulator)");
+    check_cuda(cudaMemsetAsync(dv_accumulator, 0, kv_bytes, stream), "cudaMemsetAsync(dv_accumulator)");
+  }
   dispatch_dtype(shape.dtype, [&](auto tag) {
     using T = decltype(tag);
     launch_row_dot<T>(static_cast<const T*>(O), static_cast<const T*>(dO), row_dot, rows, int(shape.head_dim), stream);
   });
   if (flash_uses_wgmma(shape.dtype, kernels))
-    return flash_backward_wgmma(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dk_accumulator, dv_accumulator,
-                                stream);
+    return flash_backward_wgmma(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, key_gradients, stream);
   if (shape.dtype == Dtype::fp32)
     return flash_backward_simt(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dk_accumulator, dv_accumulator,
                                stream);

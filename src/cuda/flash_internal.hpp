@@ -18,8 +18,8 @@ void flash_backward_mma(const LayerShape& shape, const void* Q, const void* K, c
 void flash_forward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                          cudaStream_t stream);
 void flash_backward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                          const float* lse, const float* row_dot, float* dq_accumulator, float* dk_accumulator,
-                          float* dv_accumulator, cudaStream_t stream);
+                          const float* lse, const float* row_dot, float* dq_accumulator,
+                          const KeyGradientTargets& key_gradients, cudaStream_t stream);
 
 void flash_forward_simt(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                         cudaStream_t stream);

@@ -89,9 +89,8 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
 // grid (ceil(N_k/128) key blocks, BG), 256 threads: a block walks the query tiles of the r query
 // heads that read its K/V head, so dK and dV sum over the group in registers. q_map, do_map: the
 // tensor maps of Q, dO [BH, N, kDim] (boxes of kQueries rows); k_map, v_map of K, V [BG, N_k, kDim]
-// (128). Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of Plan::kDqBoxRows rows),
-// dK into dk_accumulator and dV into dv_accumulator [BG, N_k, kDim] (fp32, three distinct buffers
-// zeroed by the caller); lse (natural log) and row_dot [BH, N]. Tiles D wide, the head dim kDim ≤ D
+// (128). Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of Plan::kDqBoxRows rows,
+// zeroed by the caller); dK and dV [BG, N_k, kDim] go where key_gradients says (KeyGradientOut); lse (natural log) and row_dot [BH, N]. Tiles D wide, the head dim kDim ≤ D
 // zero-padded as in the forward kernel. kDropout: the mask of `dropout` redrawn per tile, P̃ for dV
 // and dP = dP̃ ∘ Z/(1 − p) for dS.
 //
@@ -106,7 +105,7 @@ __global__ void __launch_bounds__(256, 1)
     backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                     const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
                     const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ lse,
-                    const float* __restrict__ row_dot, float* dk_accumulator, float* dv_accumulator,
+                    const float* __restrict__ row_dot, KeyGradientOut<T> key_gradients,
                     Extents extents, float scale, float scale_log2,
                     philox::DropoutMask dropout) {
   using Plan = BackwardPlan<D, kDropout>;
@@ -313,8 +312,7 @@ __global__ void __launch_bounds__(256, 1)
   }
   if (reducer) bulk_wait();
 
-  add_key_gradients<D, kDim>(dk, dv, dk_accumulator, dv_accumulator, scale, kv_head, seq_k, k0, key_local, key_inside,
-                             t);
+  write_key_gradients<T, D, kDim>(dk, dv, key_gradients, scale, kv_head, seq_k, k0, key_local, key_inside, t);
 }
 
 
@@ -328,7 +326,7 @@ __global__ void __launch_bounds__(256, 1)
     wide_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                          const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
                          const __grid_constant__ CUtensorMap dq_map, const float* __restrict__ lse,
-                         const float* __restrict__ row_dot, float* dk_accumulator, float* dv_accumulator,
+                         const float* __restrict__ row_dot, KeyGradientOut<T> key_gradients,
                          Extents extents, float scale, float scale_log2, philox::DropoutMask dropout) {
   using Plan = WideBackwardPlan<D, kDropout>;
   using KVTile = typename Plan::KVTile;
@@ -522,10 +520,10 @@ __global__ void __launch_bounds__(256, 1)
   }
   if (reducer) bulk_wait();
 
-  // dV (warpgroup 0) into dv_accumulator, or dK (warpgroup 1, scaled) into dk_accumulator, for this
-  // block's keys.
-  add_wide_key_gradient<D>(grad, warpgroup == 0 ? dv_accumulator : dk_accumulator, warpgroup == 0 ? 1.0f : scale,
-                           kv_head, seq_k, k0, key_local, key_inside, t);
+  // dV (warpgroup 0), or dK (warpgroup 1, scaled), of this block's keys.
+  write_wide_key_gradient<T, D>(grad, warpgroup == 0 ? key_gradients.dv : key_gradients.dk,
+                                warpgroup == 0 ? key_gradients.dv_accumulator : key_gradients.dk_accumulator,
+                                warpgroup == 0 ? 1.0f : scale, kv_head, seq_k, k0, key_local, key_inside, t);
 }
 
 // ---- launchers -------------------------------------------------------------------------------------
@@ -581,39 +579,53 @@ dim3 backward_grid(const LayerShape& shape, int keys) {
               static_cast<unsigned>(splits));
 }
 
+// The kernels' KeyGradientOut: stored in T only where one block holds a K/V head's whole sum, which the
+// caller asked for (flash_stores_key_gradients) and the grid confirms (not split over z).
+template <class T>
+KeyGradientOut<T> key_gradient_out(const LayerShape& shape, const KeyGradientTargets& targets, dim3 grid) {
+  if (targets.dK == nullptr) return {targets.dk_accumulator, targets.dv_accumulator, nullptr, nullptr};
+  if (grid.z != 1 || shape.group_size != 1)
+    throw RuntimeFailure("internal error: dK and dV stored by a backward grid split over the group");
+  return {nullptr, nullptr, static_cast<T*>(targets.dK), static_cast<T*>(targets.dV)};
+}
+
 template <class T, int D, int kDim, bool kDropout>
 void backward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                    const float* lse, const float* row_dot, float* dq_accumulator, float* dk_accumulator,
-                    float* dv_accumulator, cudaStream_t stream) {
+                    const float* lse, const float* row_dot, float* dq_accumulator,
+                    const KeyGradientTargets& key_gradients, cudaStream_t stream) {
   using Plan = BackwardPlan<D, kDropout>;
   constexpr int kSharedBytes = Plan::kSharedBytes;
   check_cuda(cudaFuncSetAttribute(backward_kernel<T, D, kDim, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   kSharedBytes),
              "cudaFuncSetAttribute(backward_kernel)");
   const int64_t heads = shape.heads_total, kv_heads = shape.kv_heads_total();
-  backward_kernel<T, D, kDim, kDropout><<<backward_grid(shape, Plan::kKeys), Plan::kThreads, kSharedBytes, stream>>>(
+  const dim3 grid = backward_grid(shape, Plan::kKeys);
+  backward_kernel<T, D, kDim, kDropout><<<grid, Plan::kThreads, kSharedBytes, stream>>>(
       operand_map<T>(Q, kDim, shape.seq, heads, Plan::kQueries), operand_map<T>(K, kDim, shape.seq_k, kv_heads, Plan::kKeys),
       operand_map<T>(V, kDim, shape.seq_k, kv_heads, Plan::kKeys), operand_map<T>(dO, kDim, shape.seq, heads, Plan::kQueries),
       swizzled_tile_map(dq_accumulator, Dtype::fp32, kDim, shape.seq, heads, Plan::kDqBoxRows), lse, row_dot,
-      dk_accumulator, dv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
+      key_gradient_out<T>(shape, key_gradients, grid), Extents::of(shape), shape.scale, shape.scale * kLog2e,
+      shape.dropout);
   check_launch("backward_kernel (wgmma)");
 }
 
 // d = 192 and 256: the by-product split (wide_backward_kernel).
 template <class T, int D, bool kDropout>
 void wide_backward_typed(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                         const float* lse, const float* row_dot, float* dq_accumulator, float* dk_accumulator,
-                         float* dv_accumulator, cudaStream_t stream) {
+                         const float* lse, const float* row_dot, float* dq_accumulator,
+                         const KeyGradientTargets& key_gradients, cudaStream_t stream) {
   using Plan = WideBackwardPlan<D, kDropout>;
   check_cuda(cudaFuncSetAttribute(wide_backward_kernel<T, D, kDropout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Plan::kSharedBytes),
              "cudaFuncSetAttribute(wide_backward_kernel)");
   const int64_t heads = shape.heads_total, kv_heads = shape.kv_heads_total();
-  wide_backward_kernel<T, D, kDropout><<<backward_grid(shape, Plan::kKeys), Plan::kThreads, Plan::kSharedBytes, stream>>>(
+  const dim3 grid = backward_grid(shape, Plan::kKeys);
+  wide_backward_kernel<T, D, kDropout><<<grid, Plan::kThreads, Plan::kSharedBytes, stream>>>(
       operand_map<T>(Q, D, shape.seq, heads, Plan::kQueries), operand_map<T>(K, D, shape.seq_k, kv_heads, Plan::kKeys),
       operand_map<T>(V, D, shape.seq_k, kv_heads, Plan::kKeys), operand_map<T>(dO, D, shape.seq, heads, Plan::kQueries),
       swizzled_tile_map(dq_accumulator, Dtype::fp32, D, shape.seq, heads, Plan::kQueries), lse, row_dot,
-      dk_accumulator, dv_accumulator, Extents::of(shape), shape.scale, shape.scale * kLog2e, shape.dropout);
+      key_gradient_out<T>(shape, key_gradients, grid), Extents::of(shape), shape.scale, shape.scale * kLog2e,
+      shape.dropout);
   check_launch("wide_backward_kernel (wgmma)");
 }
 
@@ -627,12 +639,12 @@ struct Kernels {
     forward_typed<T, D, kDim, kDropout>(shape, Q, K, V, O, lse, stream);
   }
   static void backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                       const float* lse, const float* row_dot, float* dq, float* dk, float* dv,
+                       const float* lse, const float* row_dot, float* dq, const KeyGradientTargets& key_gradients,
                        cudaStream_t stream) {
     if constexpr (D > 128)
-      wide_backward_typed<T, D, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dk, dv, stream);
+      wide_backward_typed<T, D, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, key_gradients, stream);
     else
-      backward_typed<T, D, kDim, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, dk, dv, stream);
+      backward_typed<T, D, kDim, kDropout>(shape, Q, K, V, dO, lse, row_dot, dq, key_gradients, stream);
   }
 };
 
@@ -660,10 +672,10 @@ void flash_forward_wgmma(const LayerShape& shape, const void* Q, const void* K, 
 }
 
 void flash_backward_wgmma(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* dO,
-                          const float* lse, const float* row_dot, float* dq_accumulator, float* dk_accumulator,
-                          float* dv_accumulator, cudaStream_t stream) {
+                          const float* lse, const float* row_dot, float* dq_accumulator,
+                          const KeyGradientTargets& key_gradients, cudaStream_t stream) {
   by_layer(shape, [&](auto kernels) {
-    kernels.backward(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, dk_accumulator, dv_accumulator, stream);
+    kernels.backward(shape, Q, K, V, dO, lse, row_dot, dq_accumulator, key_gradients, stream);
   });
 }
 

@@ -34,7 +34,9 @@ CudaAttention::CudaAttention(Variant variant, std::string name, Kernels kernels,
 //   forward   standard 0 (S is computed into the kept P; with dropout P̃ and Z go to the kept
 //             tensors), v1 s (P for O = P·V, S being kept), v2 0, checkpoint s (P, dropped in place)
 //   backward  standard s (dP, then dS in place), v1 s (dP; P is recomputed over the kept S),
-//             v2 r + a + 2k (D = rowsum(dO ∘ O) and the fp32 accumulators of dQ, dK and dV),
+//             v2 r + a + 2k (D = rowsum(dO ∘ O) and the fp32 accumulators of dQ, dK and dV), or
+//             r + a where v2.stored's kernels store dK and dV themselves (stores_key_gradients: G = H
+//             on the wgmma kernels, a question about the current device),
 //             checkpoint 2s (the recomputed P, and dP) + s with dropout (P̃; Z is redrawn, not stored)
 // Naive GQA (expand_kv): checkpoint repeats K and V again in each pass (2 × [B,H,N_k,d] workspace;
 // the other variants keep them), and the materialising variants' dK and dV at H heads wait in two
@@ -55,7 +57,11 @@ LayerCosts CudaAttention::costs(const Problem& problem, const ModelParams&) cons
   switch (variant_) {
     case Variant::standard: costs = {.forward_workspace_bytes = 0, .backward_workspace_bytes = s}; break;
     case Variant::v1: costs = {.forward_workspace_bytes = s, .backward_workspace_bytes = s}; break;
-    case Variant::v2: costs = {.forward_workspace_bytes = 0, .backward_workspace_bytes = r + a + 2 * k}; break;
+    case Variant::v2: {
+      const bool stored = stores_key_gradients(kernels_, problem);
+      costs = {.forward_workspace_bytes = 0, .backward_workspace_bytes = r + a + (stored ? 0 : 2 * k)};
+      break;
+    }
     case Variant::checkpoint:
       costs = {.forward_workspace_bytes = s, .backward_workspace_bytes = (dropout ? 3 : 2) * s};
       break;
@@ -80,6 +86,10 @@ std::vector<std::unique_ptr<Implementation>> implementations() {
   all.push_back(std::make_unique<CudaAttention>(
       Variant::v2, "v2.mma", CudaAttention::Kernels::mma_sync,
       "v2 with the earlier mma.sync kernels on every GPU (FlashAttention-2 style, 8 warps per block)"));
+  all.push_back(std::make_unique<CudaAttention>(
+      Variant::v2, "v2.stored", CudaAttention::Kernels::newest_stored_keys,
+      "v2 whose wgmma backward stores dK and dV in the storage dtype where G = H (no fp32 accumulators for "
+      "them); a candidate measured beside v2"));
   all.push_back(std::make_unique<CudnnAttention>());  // after v2: `--impl v2` stays flashbench's own
   return all;
 }

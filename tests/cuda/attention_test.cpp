@@ -253,8 +253,9 @@ std::vector<Case> all_cases() {
   // v2's tensor-core kernels, the newest (wgmma on Hopper) and the kept mma.sync ones, over a prime
   // N that spans several query blocks (128 or 192 rows) and 64-query tiles with a ragged last one;
   // with MQA the r = 4 query heads of a K/V head walk into one block's dK and dV (and on wgmma split
-  // over the grid's z: their shares added into the same dK and dV rows).
-  for (const char* impl : {"v2", "v2.mma"})
+  // over the grid's z: their shares added into the same dK and dV rows). v2.stored: the same wgmma
+  // kernels storing dK and dV where G = H.
+  for (const char* impl : {"v2", "v2.stored", "v2.mma"})
     for (Dtype t : {Dtype::bf16, Dtype::fp16})
       for (int64_t d : {64, 128})
         for (bool causal : {false, true}) {
@@ -322,7 +323,7 @@ TEST(CudaDevice, BackwardWritesOverWhatThePoolHandsIt) {
   for (bool expand : {false, true}) {
     Problem p = problem;
     p.expand_kv = expand;
-    for (const char* name : {"standard", "v1", "v2", "checkpoint", "v2.mma"}) {
+    for (const char* name : {"standard", "v1", "v2", "checkpoint", "v2.mma", "v2.stored"}) {
       std::unique_ptr<Implementation> impl = implementation(name);
       MemoryLedger ledger;
       std::unique_ptr<MemorySpace> space = device->open_space(ledger);
@@ -474,15 +475,15 @@ TEST_P(CudaWorkloads, EveryVariantMatchesModelAndFloat64) {
   problem.dtype = c.dtype;
   std::unique_ptr<Device> device = open_cuda();
   const auto implementations =
-      select_implementations(cuda_entry(), {"standard", "v1", "v2", "checkpoint", "v2.mma"});
+      select_implementations(cuda_entry(), {"standard", "v1", "v2", "checkpoint", "v2.mma", "v2.stored"});
   const std::vector<Row> rows = Runner(*device, quick_options()).run(problem, pointers(implementations));
-  ASSERT_EQ(rows.size(), 5u);
+  ASSERT_EQ(rows.size(), 6u);
   // Every kernel family runs these workloads at d = 64 and 128; d = 96, 192 and 256 only the wgmma
   // kernels (bf16/fp16, cc 9.0).
   const bool wgmma = c.dtype != Dtype::fp32 && cuda::compute_capability(0) == 90;
   auto v2_runs = [&](const Row& row) {
     if (c.head_dim == 64 || c.head_dim == 128) return true;
-    return row.implementation() == "v2" && wgmma;
+    return (row.implementation() == "v2" || row.implementation() == "v2.stored") && wgmma;
   };
   std::vector<Row> ran;
   for (const Row& row : rows) {
@@ -716,7 +717,7 @@ TEST(CudaDevice, ModelAnswersWithoutOpeningTheDevice) {
   EXPECT_LE(params.input_sets, 4);
 
   const auto implementations = cuda_entry().implementations();
-  ASSERT_GE(implementations.size(), 5u);  // the variants' defaults, v2.mma; cudnn has its own tests
+  ASSERT_GE(implementations.size(), 6u);  // the variants' defaults, v2.mma, v2.stored; cudnn has its own tests
   struct Expected {
     const char* name;
     const char* variant;
@@ -750,6 +751,24 @@ TEST(CudaDevice, ModelAnswersWithoutOpeningTheDevice) {
       EXPECT_EQ(costs.backward_workspace_bytes, expected[i].backward);
       EXPECT_EQ(costs.backward_extra_grad_bytes, expected[i].extra_grad);
     }
+  }
+  // G = H: on a Hopper GPU v2.stored's wgmma kernels store dK and dV in the storage dtype themselves
+  // (one block holds each key's whole sum), so only D and dQ's accumulator remain; v2 and v2.mma,
+  // and v2.stored on any other GPU or with GQA (above), add them into fp32 accumulators.
+  {
+    ASSERT_GE(implementations.size(), 6u);
+    EXPECT_EQ(implementations[5]->name(), "v2.stored");
+    const int64_t r = problem.row_elements() * 4;
+    const int64_t a = problem.q_elements() * 4;
+    const int64_t k = problem.kv_elements() * 4;
+    const bool hopper = cuda::device_count() > 0 && cuda::compute_capability(0) == 90;
+    EXPECT_EQ(implementations[2]->costs(problem, params).backward_workspace_bytes, r + a + 2 * k);
+    EXPECT_EQ(implementations[4]->costs(problem, params).backward_workspace_bytes, r + a + 2 * k);
+    EXPECT_EQ(implementations[5]->costs(problem, params).backward_workspace_bytes, hopper ? r + a : r + a + 2 * k);
+    Problem gqa = problem;
+    gqa.kv_heads = 2;
+    EXPECT_EQ(implementations[5]->costs(gqa, params).backward_workspace_bytes,
+              r + a + 2 * gqa.kv_elements() * 4);
   }
   // Square, with dropout: checkpoint recomputes P̃ beside P and dP.
   Problem dropout = problem;

@@ -82,13 +82,28 @@ bool flash_runs(const LayerShape& shape, FlashKernels kernels);
 void flash_forward(const LayerShape& shape, const void* Q, const void* K, const void* V, void* O, float* lse,
                    FlashKernels kernels, cudaStream_t stream);
 
+// Where v2's backward leaves dK and dV [BG, N_k, d], each summed over the r query heads of its K/V
+// head: stored in the storage dtype into `dK` and `dV` where those are set (only where
+// flash_stores_key_gradients says so; the accumulators are then not used), else added into the fp32
+// `dk_accumulator` and `dv_accumulator`, which flash_backward zeroes first and the caller converts.
+struct KeyGradientTargets {
+  float* dk_accumulator = nullptr;
+  float* dv_accumulator = nullptr;
+  void* dK = nullptr;
+  void* dV = nullptr;
+};
+
+// Whether v2's backward can store dK and dV in the storage dtype (no fp32 accumulators to zero, fill
+// and convert): the wgmma kernels where each K/V head is read by one query head (group_size 1, so one
+// block walks every query of its keys and holds the whole sum).
+bool flash_stores_key_gradients(Dtype dtype, int64_t group_size, FlashKernels kernels);
+
 // Backward, FlashAttention-2 style: a pre-pass D = rowsum(dO ∘ O) [BH, N] into `row_dot`, then one
-// kernel over key blocks recomputing S and P per tile. dQ goes into `dq_accumulator` [BH, N, d] fp32,
-// dK and dV (each summed over the r query heads of its K/V head) into `dk_accumulator` and
-// `dv_accumulator` [BG, N_k, d] fp32, three distinct buffers that this zeroes first.
+// kernel over key blocks recomputing S and P per tile. dQ goes into `dq_accumulator` [BH, N, d] fp32
+// (zeroed here first), dK and dV where `key_gradients` says; the fp32 buffers are distinct.
 void flash_backward(const LayerShape& shape, const void* Q, const void* K, const void* V, const void* O,
-                    const void* dO, const float* lse, float* row_dot, float* dq_accumulator, float* dk_accumulator,
-                    float* dv_accumulator, FlashKernels kernels, cudaStream_t stream);
+                    const void* dO, const float* lse, float* row_dot, float* dq_accumulator,
+                    const KeyGradientTargets& key_gradients, FlashKernels kernels, cudaStream_t stream);
 
 // --- conversions (src/cuda/convert.cu) ------------------------------------------------------
 
