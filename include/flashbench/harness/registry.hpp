@@ -2,7 +2,8 @@
 // Every device this binary was built with, and their implementations, by name. The command line
 // asks the registry; it names no device or variant in its code. Each device folder defines one
 // registration function; the build lists them (CMake writes the call to each into one generated
-// file), so adding a device touches no existing source file.
+// file), so adding a device touches no existing C++ source: the build's FLASHBENCH_DEVICES and the
+// tests' folder list name it (docs/architecture.md counts the rest).
 #include <functional>
 #include <memory>
 #include <string>
