@@ -1,4 +1,5 @@
 // flashbench info: what this binary is and what it runs on.
+#include <algorithm>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -86,18 +87,26 @@ int run_info(const InfoOptions& options, const std::vector<std::string>& argv) {
   } else {
     fmt::print("GPU          none\n");
   }
+  // One column for every --impl name, built-in and plugin, as wide as the longest (at least 12).
+  size_t name_width = 12;
+  for (const auto& device : info["devices"])
+    for (const auto& implementation : device.value("implementations", nlohmann::ordered_json::array()))
+      name_width = std::max(name_width, implementation["name"].get<std::string>().size());
+  for (const auto& plugin : info.value("plugins", nlohmann::ordered_json::array()))
+    for (const auto& offer : plugin["implementations"])
+      name_width = std::max(name_width, offer["name"].get<std::string>().size());
   for (const auto& device : info["devices"]) {
     fmt::print("backend      {}: {}{}\n", device["name"].get<std::string>(), device["summary"].get<std::string>(),
                device["available"].get<bool>() ? "" : " (not available here: " + device["why"].get<std::string>() + ")");
     for (const auto& implementation : device.value("implementations", nlohmann::ordered_json::array()))
-      fmt::print("  --impl {:<12} {}\n", implementation["name"].get<std::string>(),
+      fmt::print("  --impl {:<{}} {}\n", implementation["name"].get<std::string>(), name_width,
                  implementation["summary"].get<std::string>());
   }
   for (const auto& plugin : info.value("plugins", nlohmann::ordered_json::array())) {
     fmt::print("plugin       {} ({}, ABI {})\n", plugin["name"].get<std::string>(), plugin["path"].get<std::string>(),
                plugin["abi_version"].get<unsigned>());
     for (const auto& offer : plugin["implementations"])
-      fmt::print("  --impl {:<15} {}, keeps what {} keeps: {}\n", offer["name"].get<std::string>(),
+      fmt::print("  --impl {:<{}} {}, keeps what {} keeps: {}\n", offer["name"].get<std::string>(), name_width,
                  offer["device"].get<std::string>(), offer["variant"].get<std::string>(),
                  offer["summary"].get<std::string>());
   }
