@@ -198,11 +198,11 @@ class KeyValues {
   RawBuffer repeated_;
 };
 
-}  // namespace
-
 FlashKernels flash_kernels(CudaAttention::Kernels kernels) {
   return kernels == CudaAttention::Kernels::mma_sync ? FlashKernels::mma_sync : FlashKernels::best;
 }
+
+}  // namespace
 
 bool stores_key_gradients(CudaAttention::Kernels kernels, const Problem& problem) {
   return kernels == CudaAttention::Kernels::newest_stored_keys &&

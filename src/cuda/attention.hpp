@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "flashbench/harness/device.hpp"
-#include "flashbench/cuda/kernels.hpp"
 #include "flashbench/harness/implementation.hpp"
 
 namespace flashbench::cuda {
@@ -62,10 +61,9 @@ class CudaAttention final : public Implementation {
   std::string summary_;
 };
 
-// The fused kernels' family behind a v2 implementation's Kernels.
-FlashKernels flash_kernels(CudaAttention::Kernels kernels);
 // Whether a v2 implementation's backward stores dK and dV itself for `problem` (no fp32 accumulators
-// for them): asked for (newest_stored_keys) and possible (flash_stores_key_gradients, G = H).
+// for them): asked for (newest_stored_keys) and possible (flash_stores_key_gradients, G = H on a
+// Hopper GPU). A build without CUDA answers false (unavailable.cpp).
 bool stores_key_gradients(CudaAttention::Kernels kernels, const Problem& problem);
 
 // standard, v1, v2, checkpoint (each variant's default, in that order), then v2.mma, then cudnn (v2 by

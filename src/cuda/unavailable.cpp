@@ -21,6 +21,9 @@ std::unique_ptr<Device> open_device(const DeviceOptions&) { throw UsageError(kNo
 
 std::optional<std::string> CudaAttention::unsupported(const Problem&) const { return std::string(kNotBuilt); }
 
+// No Hopper GPU without CUDA: v2.stored's model is v2's (its accumulators).
+bool stores_key_gradients(CudaAttention::Kernels, const Problem&) { return false; }
+
 // Without a device no layer call can be made (open_device throws); these only keep the promise.
 void CudaAttention::forward(LayerCall&, const LayerInputs&, void*, KeptTensors&) { throw RuntimeFailure(kNotBuilt); }
 void CudaAttention::backward(LayerCall&, const LayerInputs&, const void*, const void*, KeptTensors&,
