@@ -266,8 +266,8 @@ void register_fit(CLI::App& app) {
   sub->add_option("--dtype", options->dtype, "Storage dtype: fp32, bf16, fp16")->capture_default_str();
   sub->add_option("--threads", options->threads, "CPU threads the workspace is sized for (default: all cores)");
   add_isa_option(sub);
-  sub->add_option("--backend,--device", options->backend, "Whose model: " + device_names() + " (no GPU needed)")
-      ->capture_default_str();
+  sub->add_option("--backend,--device", options->backend,
+                  "Whose model: " + registry().device_names() + " (no GPU needed)")->capture_default_str();
   sub->add_option("--cp", options->context_parallel,
                   "Context parallelism: N split over this many devices of --budget each (ring attention; causal: "
                   "zig-zag); N is searched over multiples of P (2P when causal)")

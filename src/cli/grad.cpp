@@ -116,7 +116,7 @@ void register_grad(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "grad", "One layer's O and gradients from Q, K, V, dO in .npy files (Q, dO [B,H,N,d]; K, V [B,G,N_k,d] with G "
               "dividing H; float32 or float64): o.npy, dq.npy, dk.npy, dv.npy");
-  sub->add_option("--backend", options->backend, device_names() + ": whose implementation runs the layer")
+  sub->add_option("--backend", options->backend, registry().device_names() + ": whose implementation runs the layer")
       ->capture_default_str();
   sub->add_option("--dtype", options->dtype, "Storage dtype: fp32, bf16 or fp16 (inputs are rounded to it)")
       ->capture_default_str();

@@ -401,7 +401,7 @@ void register_model(CLI::App& app) {
   sub->add_option("--threads", options->threads, "CPU threads the workspace is sized for (default: all cores)");
   add_isa_option(sub);
   sub->add_option("--backend,--device", options->backend,
-                  "Whose implementations to model: " + device_names() + " (no GPU needed)")->capture_default_str();
+                  "Whose implementations to model: " + registry().device_names() + " (no GPU needed)")->capture_default_str();
   sub->add_option("--cp", options->context_parallel,
                   "Context parallelism: N split over this many devices (ring attention; causal: zig-zag); the "
                   "model is one device's, with the bytes each sends per layer")

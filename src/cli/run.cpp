@@ -832,7 +832,7 @@ void register_run(CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   optional_string("--dtype", flags->sweep.dtype,
                   "Storage dtype: fp32 (default), bf16, fp16; on the CPU 16-bit storage with fp32 arithmetic");
-  optional_string("--backend,--device", flags->sweep.backend, device_names() + " (default cpu)");
+  optional_string("--backend,--device", flags->sweep.backend, registry().device_names() + " (default cpu)");
   sub->add_option_function<int>("--threads", [flags](int value) {
     if (value < 1) throw UsageError(fmt::format("--threads must be at least 1 (got {})", value));
     flags->sweep.threads = value;

@@ -110,6 +110,13 @@ std::string lowercase(std::string_view text) {
   return lower;
 }
 
+std::string listed(const std::vector<std::string>& names, std::string_view last_separator) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i)
+    text += fmt::format("{}{}", i == 0 ? "" : i + 1 == names.size() ? last_separator : ", ", names[i]);
+  return text;
+}
+
 std::string counted(int64_t count, std::string_view noun, std::string_view plural) {
   if (count == 1) return fmt::format("1 {}", noun);
   return plural.empty() ? fmt::format("{} {}s", count, noun) : fmt::format("{} {}", count, plural);

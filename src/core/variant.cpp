@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "flashbench/core/errors.hpp"
+#include "flashbench/core/units.hpp"
 
 namespace flashbench {
 
@@ -72,11 +73,9 @@ Variant parse_variant(std::string_view name) {
 }
 
 std::string variant_names(std::string_view last_separator) {
-  std::string names;
-  const auto& all = specs();
-  for (size_t i = 0; i < all.size(); ++i)
-    names += fmt::format("{}{}", i == 0 ? "" : i + 1 == all.size() ? last_separator : ", ", all[i].name);
-  return names;
+  std::vector<std::string> names;
+  for (const VariantSpec& spec : specs()) names.emplace_back(spec.name);
+  return listed(names, last_separator);
 }
 
 std::string_view recomputes(Variant variant) { return spec_of(variant).recomputes; }

@@ -66,8 +66,8 @@ class CudaAttention final : public Implementation {
 // Hopper GPU). A build without CUDA answers false (unavailable.cpp).
 bool stores_key_gradients(CudaAttention::Kernels kernels, const Problem& problem);
 
-// standard, v1, v2, checkpoint (each variant's default, in that order), then v2.mma, then cudnn (v2 by
-// cuDNN).
+// standard, v1, v2, checkpoint (each variant's default, in that order), then v2.mma, v2.stored, then
+// cudnn (v2 by cuDNN).
 std::vector<std::unique_ptr<Implementation>> implementations();
 
 // ---- defined by device.cpp (with CUDA) or unavailable.cpp (without) ----

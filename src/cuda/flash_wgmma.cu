@@ -90,8 +90,9 @@ __global__ void __launch_bounds__(ForwardPlan<D, kDropout>::kThreads, 1)
 // heads that read its K/V head, so dK and dV sum over the group in registers. q_map, do_map: the
 // tensor maps of Q, dO [BH, N, kDim] (boxes of kQueries rows); k_map, v_map of K, V [BG, N_k, kDim]
 // (128). Adds dQ into the accumulator [BH, N, kDim] of dq_map (fp32 boxes of Plan::kDqBoxRows rows,
-// zeroed by the caller); dK and dV [BG, N_k, kDim] go where key_gradients says (KeyGradientOut); lse (natural log) and row_dot [BH, N]. Tiles D wide, the head dim kDim ≤ D
-// zero-padded as in the forward kernel. kDropout: the mask of `dropout` redrawn per tile, P̃ for dV
+// zeroed by the caller); dK and dV [BG, N_k, kDim] go where key_gradients says (KeyGradientOut); lse
+// (natural log) and row_dot [BH, N]. Tiles D wide, the head dim kDim ≤ D zero-padded as in the
+// forward kernel. kDropout: the mask of `dropout` redrawn per tile, P̃ for dV
 // and dP = dP̃ ∘ Z/(1 − p) for dS.
 //
 // Query tile `it` arrives on mbarrier full[it % kStages]: Q and dO by the copy engine, LSE and D
@@ -312,7 +313,10 @@ __global__ void __launch_bounds__(256, 1)
   }
   if (reducer) bulk_wait();
 
-  write_key_gradients<T, D, kDim>(dk, dv, key_gradients, scale, kv_head, seq_k, k0, key_local, key_inside, t);
+  write_key_gradient<T, D, kDim>(dk, key_gradients.dk, key_gradients.dk_accumulator, scale, kv_head, seq_k, k0,
+                                 key_local, key_inside, t);
+  write_key_gradient<T, D, kDim>(dv, key_gradients.dv, key_gradients.dv_accumulator, 1.0f, kv_head, seq_k, k0,
+                                 key_local, key_inside, t);
 }
 
 
@@ -521,9 +525,9 @@ __global__ void __launch_bounds__(256, 1)
   if (reducer) bulk_wait();
 
   // dV (warpgroup 0), or dK (warpgroup 1, scaled), of this block's keys.
-  write_wide_key_gradient<T, D>(grad, warpgroup == 0 ? key_gradients.dv : key_gradients.dk,
-                                warpgroup == 0 ? key_gradients.dv_accumulator : key_gradients.dk_accumulator,
-                                warpgroup == 0 ? 1.0f : scale, kv_head, seq_k, k0, key_local, key_inside, t);
+  write_key_gradient<T, D, D>(grad, warpgroup == 0 ? key_gradients.dv : key_gradients.dk,
+                              warpgroup == 0 ? key_gradients.dv_accumulator : key_gradients.dk_accumulator,
+                              warpgroup == 0 ? 1.0f : scale, kv_head, seq_k, k0, key_local, key_inside, t);
 }
 
 // ---- launchers -------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "flashbench/core/errors.hpp"
+#include "flashbench/core/units.hpp"
 
 namespace flashbench {
 
@@ -15,6 +16,12 @@ const DeviceEntry& Registry::device(std::string_view name) const {
   for (const DeviceEntry& entry : devices_)
     if (entry.name == name) return entry;
   throw UsageError(fmt::format("unknown backend '{}' (expected {})", name, device_names()));
+}
+
+std::string Registry::device_names(std::string_view last_separator) const {
+  std::vector<std::string> names;
+  for (const DeviceEntry& entry : devices_) names.push_back(entry.name);
+  return listed(names, last_separator);
 }
 
 const DeviceEntry& Registry::device_with_peak() const {
@@ -85,14 +92,6 @@ ModelSource model_source(const DeviceEntry& device, const DeviceOptions& options
   };
   source.threads = device.offline_params(Problem{}, options).threads;
   return source;
-}
-
-std::string device_names(std::string_view last_separator) {
-  std::string names;
-  const std::vector<DeviceEntry>& all = registry().devices();
-  for (size_t i = 0; i < all.size(); ++i)
-    names += fmt::format("{}{}", i == 0 ? "" : i + 1 == all.size() ? last_separator : ", ", all[i].name);
-  return names;
 }
 
 }  // namespace flashbench

@@ -26,5 +26,14 @@ TEST(ParseBytes, RejectsWhatIsNotASize) {
     EXPECT_THROW(parse_bytes(bad), UsageError) << "'" << bad << "'";
 }
 
+// listed: what the help text and the unknown-name errors join the variants and devices with.
+TEST(Listed, JoinsWithTheLastSeparator) {
+  EXPECT_EQ(listed({}), "");
+  EXPECT_EQ(listed({"cpu"}, " or "), "cpu");
+  EXPECT_EQ(listed({"cpu", "cuda"}, " or "), "cpu or cuda");
+  EXPECT_EQ(listed({"standard", "v1", "v2", "checkpoint"}), "standard, v1, v2, checkpoint");
+  EXPECT_EQ(listed({"standard", "v1", "v2", "checkpoint"}, " or "), "standard, v1, v2 or checkpoint");
+}
+
 }  // namespace
 }  // namespace flashbench

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace flashbench {
 
@@ -21,6 +22,8 @@ std::string format_throughput(double tflops);  // "850 GFLOP/s", "1.23 TFLOP/s"
 // A count and its noun, the noun plural unless the count is one: "1 configuration", "3 rows".
 // `plural` for nouns that do not take an "s".
 std::string counted(int64_t count, std::string_view noun, std::string_view plural = {});
+// Names joined for prose: "a, b, c", or with last_separator " or " "a, b or c".
+std::string listed(const std::vector<std::string>& names, std::string_view last_separator = ", ");
 // ASCII letters in lower case ("SAME" -> "same", "Cooperlake" -> "cooperlake").
 std::string lowercase(std::string_view text);
 

@@ -46,6 +46,9 @@ class Registry {
   void add(DeviceEntry entry);
   const DeviceEntry& device(std::string_view name) const;  // throws UsageError naming the known ones
   const std::vector<DeviceEntry>& devices() const { return devices_; }
+  // Their names joined for help text and errors: "cpu or cuda" (last_separator " or "), "cpu" in a
+  // build without CUDA.
+  std::string device_names(std::string_view last_separator = " or ") const;
   // The first device that measures its ceilings (the CPU); throws UsageError when none does.
   const DeviceEntry& device_with_peak() const;
   // The first device whose kernels come in several instruction sets (the CPU); nullptr when none.
@@ -61,9 +64,6 @@ class Registry {
 // The registry of this binary, filled on first use.
 const Registry& registry();
 
-// The names of the devices this binary was built with, joined for help text and errors: "cpu or
-// cuda" (last_separator " or "), "cpu" in a build without CUDA.
-std::string device_names(std::string_view last_separator = " or ");
 // The same registry, for what joins it at run time (plugins.hpp): nothing else changes it.
 Registry& extensible_registry();
 

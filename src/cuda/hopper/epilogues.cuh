@@ -1,7 +1,7 @@
 #pragma once
 // The sm_90a kernels' epilogues: what leaves the block once its mainloop is done (the forward's O and
-// LSE rows, the backwards' dK and dV stored, or added into their fp32 accumulators). Included by flash_wgmma.cu
-// alone: its names live in that file's anonymous namespace, as the kernels do.
+// LSE rows, the backwards' dK and dV stored, or added into their fp32 accumulators). Included by
+// flash_wgmma.cu alone: its names live in that file's anonymous namespace, as the kernels do.
 #include <cstdint>
 
 #include "../flash_common.cuh"
@@ -39,10 +39,10 @@ __device__ __forceinline__ void store_forward_rows(const float (&o)[D / 2], cons
   }
 }
 
-// Where a backward kernel leaves its block's dK and dV: stored in the storage dtype T straight into the
-// layer's dK and dV [BG, N_k, kDim] where `dk` is set (the host sets it only where one block holds the
-// whole sum over queries: G = H, the grid not split over z), else added into the fp32 accumulators
-// [BG, N_k, kDim] that the host zeroed and converts afterwards.
+// Where a backward kernel leaves its block's dK and dV: stored in the storage dtype T straight into
+// the layer's dK and dV [BG, N_k, kDim] where `dk` is set (the host sets it only where one block holds
+// the whole sum over queries: G = H, the grid not split over z), else added into the fp32
+// accumulators [BG, N_k, kDim] that the host zeroed and converts afterwards.
 template <class T>
 struct KeyGradientOut {
   float* dk_accumulator;
@@ -51,62 +51,26 @@ struct KeyGradientOut {
   T* dv;
 };
 
-// backward_kernel: dK (times `scale`) and dV of this thread's keys key_local[0], key_local[1] (those
-// inside N_k, key_inside) of the block's keys from k0, each into its own accumulator [BG, N_k, kDim]
-// (fp32), or stored in T into `out`'s dk and dv where it has them (see KeyGradientOut). Added where the
-// grid splits the group over gridDim.z: other blocks add their query heads' shares to the same rows. A pair of columns per reduction (red.global.add.v2.f32,
-// 8-byte aligned: kDim and 2t even). dk, dv: the warpgroup's accumulators [64 keys × D], register
-// 4c + 2h + e its key key_local[h], column 8c + 2t + e.
+// One gradient of this thread's keys key_local[0], key_local[1] (those inside N_k, key_inside) of
+// the block's keys from k0, times `factor`: stored in T into `stored` [BG, N_k, kDim] where that is
+// set (see KeyGradientOut), else added into `accumulator` [BG, N_k, kDim] (fp32; where the grid splits
+// the group over gridDim.z, other blocks add their query heads' shares to the same rows). A pair of
+// columns per store or reduction (red.global.add.v2.f32, 8-byte aligned: kDim and 2t even). grad: the
+// warpgroup's accumulator [64 keys × D], register 4c + 2h + e its key key_local[h], column
+// 8c + 2t + e. backward_kernel writes dK (factor `scale`) and dV (factor 1) of its warpgroup's keys;
+// wide_backward_kernel's warpgroup 0 dV, warpgroup 1 dK (kDim = D).
 template <class T, int D, int kDim>
-__device__ __forceinline__ void write_key_gradients(const float (&dk)[D / 2], const float (&dv)[D / 2],
-                                                    const KeyGradientOut<T>& out, float scale, int64_t kv_head,
-                                                    int64_t seq_k, int64_t k0, const int (&key_local)[2],
-                                                    const bool (&key_inside)[2], int t) {
-  if (out.dk != nullptr) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (!key_inside[h]) continue;
-      const int64_t row = (kv_head * seq_k + k0 + key_local[h]) * kDim;
-#pragma unroll
-      for (int c = 0; c < kDim / 8; ++c) {
-        *reinterpret_cast<uint32_t*>(out.dk + row + 8 * c + 2 * t) =
-            pack2<T>(scale * dk[4 * c + 2 * h], scale * dk[4 * c + 2 * h + 1]);
-        *reinterpret_cast<uint32_t*>(out.dv + row + 8 * c + 2 * t) = pack2<T>(dv[4 * c + 2 * h], dv[4 * c + 2 * h + 1]);
-      }
-    }
-    return;
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (!key_inside[h]) continue;
-    const int64_t row = (kv_head * seq_k + k0 + key_local[h]) * kDim;
-    float* dk_out = out.dk_accumulator + row;
-    float* dv_out = out.dv_accumulator + row;
-#pragma unroll
-    for (int c = 0; c < kDim / 8; ++c) {
-      atomicAdd(reinterpret_cast<float2*>(dk_out + 8 * c + 2 * t),
-                make_float2(scale * dk[4 * c + 2 * h], scale * dk[4 * c + 2 * h + 1]));
-      atomicAdd(reinterpret_cast<float2*>(dv_out + 8 * c + 2 * t), make_float2(dv[4 * c + 2 * h], dv[4 * c + 2 * h + 1]));
-    }
-  }
-}
-
-// wide_backward_kernel: one warpgroup's gradient of the block's keys (grad [64 keys × D], registers
-// as in write_key_gradients), times `factor`, stored in T into `stored` [BG, N_k, D] where that is set,
-// else added into `accumulator` [BG, N_k, D] (fp32): warpgroup 0's dV (factor 1), warpgroup 1's dK
-// (factor `scale`); a column pair at a time, as write_key_gradients.
-template <class T, int D>
-__device__ __forceinline__ void write_wide_key_gradient(const float (&grad)[D / 2], T* stored, float* accumulator,
-                                                        float factor, int64_t kv_head, int64_t seq_k, int64_t k0,
-                                                        const int (&key_local)[2], const bool (&key_inside)[2],
-                                                        int t) {
+__device__ __forceinline__ void write_key_gradient(const float (&grad)[D / 2], T* stored, float* accumulator,
+                                                   float factor, int64_t kv_head, int64_t seq_k, int64_t k0,
+                                                   const int (&key_local)[2], const bool (&key_inside)[2], int t) {
+  // The choice outside the loops: inside them it cost the d = 256 dropout kernel 4 bytes of spill.
   if (stored != nullptr) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (!key_inside[h]) continue;
-      T* out = stored + (kv_head * seq_k + k0 + key_local[h]) * D;
+      T* out = stored + (kv_head * seq_k + k0 + key_local[h]) * kDim;
 #pragma unroll
-      for (int c = 0; c < D / 8; ++c)
+      for (int c = 0; c < kDim / 8; ++c)
         *reinterpret_cast<uint32_t*>(out + 8 * c + 2 * t) =
             pack2<T>(factor * grad[4 * c + 2 * h], factor * grad[4 * c + 2 * h + 1]);
     }
@@ -115,9 +79,9 @@ __device__ __forceinline__ void write_wide_key_gradient(const float (&grad)[D / 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (!key_inside[h]) continue;
-    float* out = accumulator + (kv_head * seq_k + k0 + key_local[h]) * D;
+    float* out = accumulator + (kv_head * seq_k + k0 + key_local[h]) * kDim;
 #pragma unroll
-    for (int c = 0; c < D / 8; ++c)
+    for (int c = 0; c < kDim / 8; ++c)
       atomicAdd(reinterpret_cast<float2*>(out + 8 * c + 2 * t),
                 make_float2(factor * grad[4 * c + 2 * h], factor * grad[4 * c + 2 * h + 1]));
   }
