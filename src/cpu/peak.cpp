@@ -23,6 +23,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int kRepetitions = 7;
 
 constexpr int64_t kFmaSteps = 4'000'000;  // per thread per repetition
+constexpr int kFmaWarmupMs = 300;         // every thread busy this long before the timed repetitions
 
 // [GFLOP/s] per repetition of the FMA loop on every thread at once.
 // The active ISA's loop (src/cpu/isa/table.cpp): as many independent chains as its registers hold,
@@ -32,15 +33,21 @@ std::vector<double> time_fma(int threads) {
   const double flop = 2.0 * double(kernels.lanes) * kernels.fma_chains * double(kFmaSteps) * threads;
   std::vector<double> rates;
   volatile float sink = 0.0f;
-  for (int rep = 0; rep < kRepetitions + 1; ++rep) {
+  const auto run_once = [&] {
     float total = 0.0f;
     const auto start = Clock::now();
 #pragma omp parallel num_threads(threads) reduction(+ : total)
     total += kernels.fma_loop(float(omp_get_thread_num()), kFmaSteps);
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     sink = sink + total;
-    if (rep > 0) rates.push_back(flop / seconds * 1e-9);  // the first one warms the cores up
-  }
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  // Warm up for a time, not a count: a repetition is a few milliseconds, and on a virtual machine
+  // that sat idle a core can take tens of them to run at full speed (or to be scheduled at all), so
+  // one warm-up repetition left the median of the first `info --peak` after a pause at half the
+  // peak — below the sgemm rate, which a ceiling cannot be.
+  const auto warm_until = Clock::now() + std::chrono::milliseconds(kFmaWarmupMs);
+  while (Clock::now() < warm_until) run_once();
+  for (int rep = 0; rep < kRepetitions; ++rep) rates.push_back(flop / run_once() * 1e-9);
   return rates;
 }
 

@@ -91,6 +91,17 @@ TEST_P(Gemm, LargeShapesCrossCacheBlocks) {
     for (Op op_b : kOps) expect_matches_reference(op_a, op_b, {131, 1041, 300}, 1.0f, 0.5f, 7);
 }
 
+// Long-K products with few rows, as standard's backward runs them (dV = Pᵀ·dO: 128 × d × N): the row
+// blocks are balanced (127 rows as two blocks, the second ending in a strip of one row) and a
+// transposed A is packed with whole-vector stores that spill into the next k's slots; every strip
+// height and the last k of each strip are covered by these shapes.
+TEST_P(Gemm, LongInnerDimensionFewRows) {
+  for (Op op_a : kOps)
+    for (Op op_b : kOps)
+      for (Shape shape : {Shape{127, 67, 1031}, Shape{128, 64, 2048}, Shape{601, 40, 517}, Shape{5, 3, 700}})
+        expect_matches_reference(op_a, op_b, shape, 1.0f, 0.0f, 3);
+}
+
 TEST_P(Gemm, ZeroInnerDimensionScalesC) {
   std::vector<float> C = {1.0f, 2.0f, 3.0f, 4.0f};
   gemm(Op::none, Op::none, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.5f, C.data(), 2);

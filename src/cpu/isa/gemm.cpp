@@ -124,6 +124,15 @@ inline int64_t strip_rows(int64_t m) {
   return (m + strips - 1) / strips;
 }
 
+// Rows per packed block of A when M rows are cut into the fewest blocks of at most kMc, as evenly
+// as whole register tiles allow: M = 128 becomes 72 + 56 (AVX-512) or 66 + 62 (AVX2) rather than
+// 120 + 8, whose 8-row block ran as strips too short to hide the FMA latency.
+inline int64_t balanced_row_block(int64_t M) {
+  const int64_t blocks = (M + kMc - 1) / kMc;
+  const int64_t rows = (M + blocks - 1) / blocks;
+  return std::min(kMc, (rows + kMaxMr - 1) / kMaxMr * kMaxMr);
+}
+
 // op(B)[k0 : k0+kc, j0 : j0+nc] into kNr-column strips, k-major: strip[k * kNr + c], zero-padded.
 void pack_b(Op op, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nc) {
   for (int64_t strip = 0; strip < nc; strip += kNr) {
@@ -166,7 +175,16 @@ void pack_a(Op op, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t 
           _mm_prefetch(reinterpret_cast<const char*>(src + kRowsAhead * lda + i), _MM_HINT_T0);
       for (int64_t strip = 0; strip < mc; strip += rows) {
         const int64_t strip_height = std::min(rows, mc - strip);
-        store_partial(packed_a + strip * kc + k * strip_height, load_partial(src + strip, strip_height), strip_height);
+        float* dst = packed_a + strip * kc + k * strip_height;
+        const vec column = strip + kLanes <= mc ? load(src + strip) : load_partial(src + strip, strip_height);
+        // A whole-vector store spills past this k's strip_height floats into the next k's slots,
+        // which that k then overwrites; only a store that would leave the strip is masked. (A masked
+        // store is microcoded on AMD's cores: one per k and strip held the AVX2 path's transposed
+        // products, standard's dV = Pᵀ·dO, at two thirds of OpenBLAS's rate.)
+        if ((k + 1) * strip_height + (kLanes - strip_height) <= kc * strip_height)
+          store(dst, column);
+        else
+          store_partial(dst, column, strip_height);
       }
     }
     return;
@@ -223,7 +241,7 @@ void gemm(Op op_a, Op op_b, int64_t M, int64_t N, int64_t K, float alpha, const 
   const int64_t a_row_stride = op_a == Op::none ? lda : 1;
   const int64_t a_k_stride = op_a == Op::none ? 1 : lda;
   const bool large = M > kMaxDirectRows || N > kNc || K > kKc;
-  const int64_t row_block = large ? kMc : M;
+  const int64_t row_block = large ? balanced_row_block(M) : M;
   // Packing a row-major A (a transposition) costs about as much as a k step per element; it pays off
   // only when the strip is reused across many column strips. A transposed A packs by plain copies and
   // would otherwise be read a whole cache line per k step.
