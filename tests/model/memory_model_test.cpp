@@ -142,10 +142,11 @@ TEST(MemoryModel, OneLayerCountedByHand) {
   EXPECT_EQ(m.by_tag[Tag::grad], 3 * X);
 
   // v2: O (kept) and LSE; backward workspace D [BH,N] plus, per thread, two 64×128 tiles (P, dS)
-  // and the column block's K and V transposed, two d×128 panels.
+  // and the column block's K and V transposed, two d×128 panels, all four with rows 144 floats
+  // apart (128 rounded up to an odd number of 64-byte lines).
   m = testing::cpu_model(1).stack(p, Variant::v2);
   EXPECT_EQ(m.kept_bytes, X + row);
-  EXPECT_EQ(m.peak_bytes, inputs + X + row + 3 * X + row + (2 * 64 * 128 + 2 * 16 * 128) * 4);
+  EXPECT_EQ(m.peak_bytes, inputs + X + row + 3 * X + row + (2 * 64 * 144 + 2 * 16 * 144) * 4);
   EXPECT_EQ(m.by_tag[Tag::kept], X + row);
   EXPECT_EQ(m.by_tag[Tag::activation], 0);  // v2's O is kept, not an activation
 

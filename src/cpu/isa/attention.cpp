@@ -505,21 +505,31 @@ void v1_recompute_probabilities(const LayerShape& s, const Tiling& t, float* S, 
 //   dP_tile = dO_r · Vᵀ_c            Vᵀ_c [d, Bc], transposed once per column block
 //   dS_tile = P_tile ∘ (dP_tile − D_r)                                                 [Br, Bc]
 //   dV_c += P_tileᵀ·dO_r,  dK_c += scale·dS_tileᵀ·Q_r,  dQ_r += scale·dS_tile·K_c
-// Every product reads its operands in place. Per thread: the P and dS tiles and K̃ᵀ_c, Vᵀ_c:
-// 2·Br·Bc + 2·d·Bc floats of workspace; with the K_c, V_c, dK_c, dV_c rows and one row block of
-// Q, dO, dQ that is the working set kept in L2.
+// Every product reads its operands in place. Per thread: the P and dS tiles and K̃ᵀ_c, Vᵀ_c, their
+// rows `ld` floats apart: (2·Br + 2·d)·ld floats of workspace; with the K_c, V_c, dK_c, dV_c rows and
+// one row block of Q, dO, dQ that is the working set kept in L2.
 
 struct V2BackwardScratch {
-  float* P;    // [Br, Bc]
-  float* dS;   // [Br, Bc] dP, then dS
-  float* Kt;   // [d, Bc] scale·K_cᵀ
-  float* Vt;   // [d, Bc] V_cᵀ
+  float* P;    // [Br, ld] (Bc columns used)
+  float* dS;   // [Br, ld] dP, then dS
+  float* Kt;   // [d, ld] scale·K_cᵀ
+  float* Vt;   // [d, ld] V_cᵀ
+  int64_t ld;  // the tiles' leading dimension
+  // Bc rounded up to whole cache lines, and to an odd number of them: with Bc = 128 the rows of a
+  // tile lay 512 bytes apart, so a product walking one column strip down d or Br rows touched only an
+  // eighth of L1's sets and evicted its own lines (the micro-kernel waited on its B loads and
+  // broadcasts); 144 floats (9 lines) spread them over every set.
+  static int64_t leading_dimension(const Tiling& t) {
+    constexpr int64_t kLineFloats = 16;
+    const int64_t lines = (t.col_block + kLineFloats - 1) / kLineFloats;
+    return (lines % 2 == 0 ? lines + 1 : lines) * kLineFloats;
+  }
   static int64_t elements(const LayerShape& s, const Tiling& t) {
-    return 2 * t.row_block * t.col_block + 2 * s.head_dim * t.col_block;
+    return (2 * t.row_block + 2 * s.head_dim) * leading_dimension(t);
   }
   static V2BackwardScratch of(float* base, const LayerShape& s, const Tiling& t) {
-    const int64_t tile = t.row_block * t.col_block, panel = s.head_dim * t.col_block;
-    return {base, base + tile, base + 2 * tile, base + 2 * tile + panel};
+    const int64_t ld = leading_dimension(t), tile = t.row_block * ld, panel = s.head_dim * ld;
+    return {base, base + tile, base + 2 * tile, base + 2 * tile + panel, ld};
   }
 };
 
@@ -534,9 +544,9 @@ struct V2Backward {
 
   // K̃ᵀ_c and Vᵀ_c of column block c0..c0+width of K/V head g.
   void load_column_block(int64_t g, int64_t c0, int64_t width, const V2BackwardScratch& w) const {
-    const int64_t d = s.head_dim, Bc = t.col_block, offset = g * s.key_rows() * d;
-    transpose(K + offset + c0 * d, d, width, d, s.scale, w.Kt, Bc, width);
-    transpose(V + offset + c0 * d, d, width, d, 1.0f, w.Vt, Bc, width);
+    const int64_t d = s.head_dim, offset = g * s.key_rows() * d;
+    transpose(K + offset + c0 * d, d, width, d, s.scale, w.Kt, w.ld, width);
+    transpose(V + offset + c0 * d, d, width, d, 1.0f, w.Vt, w.ld, width);
   }
 
   // D_i = Σ_k dO_ik·O_ik over the whole row, for rows r0..r1 of head h: equal to Σ_j P_ij·dP_ij,
@@ -547,21 +557,21 @@ struct V2Backward {
   }
 
   // P and dS of `piece` of query head h, a piece of the column block loaded from c0, into the first
-  // rows × columns of the scratch tiles (leading dim Bc).
+  // rows × columns of the scratch tiles (leading dim w.ld).
   void tile(int64_t h, const Piece& piece, int64_t c0, const V2BackwardScratch& w) const {
     using namespace simd;
-    const int64_t N = s.seq, d = s.head_dim, Bc = t.col_block, offset = q_offset(h);
+    const int64_t N = s.seq, d = s.head_dim, ld = w.ld, offset = q_offset(h);
     const int64_t rows = piece.row_end - piece.row_begin, width = piece.col_end - piece.col_begin;
     const int64_t panel_column = piece.col_begin - c0;
-    this_isa::gemm(Op::none, Op::none, rows, width, d, 1.0f, Q + offset + piece.row_begin * d, d, w.Kt + panel_column, Bc, 0.0f,
-         w.P, Bc);
-    this_isa::gemm(Op::none, Op::none, rows, width, d, 1.0f, dO + offset + piece.row_begin * d, d, w.Vt + panel_column, Bc,
-         0.0f, w.dS, Bc);
+    this_isa::gemm(Op::none, Op::none, rows, width, d, 1.0f, Q + offset + piece.row_begin * d, d, w.Kt + panel_column, ld, 0.0f,
+         w.P, ld);
+    this_isa::gemm(Op::none, Op::none, rows, width, d, 1.0f, dO + offset + piece.row_begin * d, d, w.Vt + panel_column, ld,
+         0.0f, w.dS, ld);
     ivec lane;
     for (int64_t l = 0; l < kLanes; ++l) lane[l] = int32_t(l);
     for (int64_t i = piece.row_begin; i < piece.row_end; ++i) {
-      float* P_row = w.P + (i - piece.row_begin) * Bc;
-      float* dS_row = w.dS + (i - piece.row_begin) * Bc;
+      float* P_row = w.P + (i - piece.row_begin) * ld;
+      float* dS_row = w.dS + (i - piece.row_begin) * ld;
       const int64_t visible = std::clamp<int64_t>(visible_columns(s, i) - piece.col_begin, 0, width);
       const float row_lse = lse[h * N + i], row_D = D[h * N + i];
       if (s.dropout.active()) {
@@ -606,21 +616,21 @@ struct V2Backward {
   // dK and dV of query head h's K/V head gather the pieces of all its group's query heads, so they
   // accumulate (beta = 1) into blocks that the caller cleared first.
   void accumulate_dK_dV(int64_t h, const Piece& piece, const V2BackwardScratch& w) const {
-    const int64_t d = s.head_dim, Bc = t.col_block, q = q_offset(h), kv = kv_offset(h);
+    const int64_t d = s.head_dim, ld = w.ld, q = q_offset(h), kv = kv_offset(h);
     const int64_t rows = piece.row_end - piece.row_begin, width = piece.col_end - piece.col_begin;
     // in the forward pass this was O_i += P_ij·V_j, so dV_j += P_ijᵀ·dO_i
-    this_isa::gemm(Op::transpose, Op::none, width, d, rows, 1.0f, w.P, Bc, dO + q + piece.row_begin * d, d, 1.0f,
+    this_isa::gemm(Op::transpose, Op::none, width, d, rows, 1.0f, w.P, ld, dO + q + piece.row_begin * d, d, 1.0f,
          dV + kv + piece.col_begin * d, d);
     // S_ij = scale·Q_i·K_j, so dK_j += scale·dS_ijᵀ·Q_i ...
-    this_isa::gemm(Op::transpose, Op::none, width, d, rows, s.scale, w.dS, Bc, Q + q + piece.row_begin * d, d, 1.0f,
+    this_isa::gemm(Op::transpose, Op::none, width, d, rows, s.scale, w.dS, ld, Q + q + piece.row_begin * d, d, 1.0f,
          dK + kv + piece.col_begin * d, d);
   }
 
   // ... and dQ_i += scale·dS_ij·K_j, into rows the caller cleared first.
   void accumulate_dQ(int64_t h, const Piece& piece, const V2BackwardScratch& w) const {
-    const int64_t d = s.head_dim, Bc = t.col_block;
+    const int64_t d = s.head_dim;
     const int64_t rows = piece.row_end - piece.row_begin, width = piece.col_end - piece.col_begin;
-    this_isa::gemm(Op::none, Op::none, rows, d, width, s.scale, w.dS, Bc, K + kv_offset(h) + piece.col_begin * d, d, 1.0f,
+    this_isa::gemm(Op::none, Op::none, rows, d, width, s.scale, w.dS, w.ld, K + kv_offset(h) + piece.col_begin * d, d, 1.0f,
          dQ + q_offset(h) + piece.row_begin * d, d);
   }
 

@@ -29,7 +29,11 @@ inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof(vec)); }
 
 // The first `count` (0 ≤ count ≤ kLanes) lanes of p; the other lanes read as `fill` and their memory is
 // never touched, so a row may end anywhere.
+// A whole vector (count == kLanes) takes a plain load or store: AMD's cores run masked stores as
+// microcode (AVX2's vmaskmovps, and AVX-512's masked stores on Zen 4), and the tile loops pass
+// kLanes on all but a row's last vector.
 inline vec load_partial(const float* p, int64_t count, float fill = 0.0f) {
+  if (count == kLanes) return load(p);
 #if FLASHBENCH_CPU_ISA_LEVEL == 3
   return vec(_mm512_mask_loadu_ps(__m512(broadcast(fill)), __mmask16((1u << count) - 1u), p));
 #elif FLASHBENCH_CPU_ISA_LEVEL == 2
@@ -42,6 +46,7 @@ inline vec load_partial(const float* p, int64_t count, float fill = 0.0f) {
 #endif
 }
 inline void store_partial(float* p, vec v, int64_t count) {
+  if (count == kLanes) return store(p, v);
 #if FLASHBENCH_CPU_ISA_LEVEL == 3
   _mm512_mask_storeu_ps(p, __mmask16((1u << count) - 1u), __m512(v));
 #elif FLASHBENCH_CPU_ISA_LEVEL == 2
