@@ -181,7 +181,7 @@ void pack_a(Op op, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t 
         // which that k then overwrites; only a store that would leave the strip is masked. (A masked
         // store is microcoded on AMD's cores: one per k and strip held the AVX2 path's transposed
         // products, standard's dV = Pᵀ·dO, at two thirds of OpenBLAS's rate.)
-        if ((k + 1) * strip_height + (kLanes - strip_height) <= kc * strip_height)
+        if (k * strip_height + kLanes <= kc * strip_height)  // the whole vector ends inside the strip
           store(dst, column);
         else
           store_partial(dst, column, strip_height);
